@@ -1,0 +1,52 @@
+"""Shared fixtures: real project folders written to a temporary directory."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE = REPO / "example_project" / "stateful_agent"
+
+
+@pytest.fixture
+def refund_desk(tmp_path: Path) -> Path:
+    """A fresh copy of the refund-desk example."""
+    target = tmp_path / "refund_desk"
+    shutil.copytree(EXAMPLE, target, ignore=shutil.ignore_patterns(".oloproof", "__pycache__"))
+    return target
+
+
+def write_project(
+    root: Path,
+    *,
+    app: str,
+    cases: list[dict],
+    evaluators: list[dict] | None = None,
+    rules: list[dict] | None = None,
+    system_version: str = "1.0.0",
+    timeout_s: float = 5.0,
+    extra_config: str = "",
+) -> Path:
+    """A small project with its own system under test, for tests that need odd systems."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "app.py").write_text(textwrap.dedent(app), encoding="utf-8")
+    (root / "data").mkdir(exist_ok=True)
+    (root / "data" / "cases.jsonl").write_text("".join(json.dumps(case) + "\n" for case in cases), encoding="utf-8")
+    evaluators = evaluators or [{"type": "state_matches", "mode": "subset", "criterion": "state_correct"}]
+    config = {
+        "version": 1,
+        "project": "tiny",
+        "dataset": "data/cases.jsonl",
+        "system": {"name": "tiny", "version": system_version, "callable": "app:System"},
+        "evaluators": evaluators,
+        "execution": {"timeout_s": timeout_s},
+    }
+    (root / "oloproof.yaml").write_text(json.dumps(config, indent=2) + "\n" + extra_config, encoding="utf-8")
+    rules = rules if rules is not None else [{"id": "state", "metric": evaluators[0].get("criterion", "state_matches"), "min": 0.5}]
+    (root / "release.yaml").write_text(json.dumps({"version": 1, "rules": rules}, indent=2), encoding="utf-8")
+    return root
