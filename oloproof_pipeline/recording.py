@@ -1,0 +1,41 @@
+"""What the runner stores for one case: the output, the trajectory and the state left behind."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from .trajectory import Trajectory
+
+# `ok` is the only status whose recording is judged; every other status makes each verdict MISSING.
+RunStatus = Literal["ok", "error", "timeout", "reset_not_clean", "not_json", "not_replayable"]
+
+
+class EnvironmentState(BaseModel):
+    """An environment_state/v1 record: the digest of the starting state and the state after."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    record: Literal["environment_state/v1"] = "environment_state/v1"
+    initial: str
+    state: Any
+
+
+class RecordedRun(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    case_id: str
+    case_digest: str
+    system_version: str
+    status: RunStatus
+    error: str | None = None
+    output: Any = None
+    trajectory: Trajectory | None = None
+    environment_state: EnvironmentState | None = None
+    duration_s: float = 0.0
+    recorded_by_run: str | None = None
+
+    @property
+    def state_after(self) -> Any:
+        return None if self.environment_state is None else self.environment_state.state

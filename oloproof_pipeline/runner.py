@@ -1,0 +1,194 @@
+"""The sandbox runner: reset the world to a case's starting state, run the system once,
+record what it returned, what it did and the world it left behind.
+
+A system that raises, hangs or returns something that is not JSON costs that case only.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+from .digests import state_digest
+from .project import CaseRecord
+from .recording import EnvironmentState, RecordedRun
+from .system import Stateful, system_toolbox
+from .toolbox import StepLimitReached
+from .trajectory import Trajectory
+
+
+class CaseTimedOut(Exception):
+    pass
+
+
+@dataclass
+class CallResult:
+    value: Any = None
+    error: BaseException | None = None
+    error_text: str | None = None
+
+
+def call_with_timeout(function: Callable[[], Any], timeout_s: float) -> CallResult:
+    """Run `function` in a daemon thread. A thread cannot be killed, so a hung call is left
+    behind and the caller must stop using whatever object it holds."""
+    result = CallResult()
+
+    def target() -> None:
+        try:
+            result.value = function()
+        except BaseException as error:  # noqa: BLE001 - any failure of the system is data
+            result.error = error
+            result.error_text = _describe_exception(error)
+
+    thread = threading.Thread(target=target, name="oloproof-case", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        result.error = CaseTimedOut(f"no answer within {timeout_s:g} s")
+        result.error_text = str(result.error)
+    return result
+
+
+def _describe_exception(error: BaseException) -> str:
+    frames = traceback.extract_tb(error.__traceback__)
+    where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    return f"{type(error).__name__}: {error}{where}"
+
+
+def as_json(value: Any) -> Any:
+    """A JSON round trip: plain data out, or ValueError/TypeError naming what is not JSON."""
+    return json.loads(json.dumps(value, allow_nan=False))
+
+
+def state_difference(expected: Any, actual: Any) -> list[str]:
+    """The top-level record tables that differ (what a failed reset check names)."""
+    if isinstance(expected, dict) and isinstance(actual, dict):
+        return sorted(key for key in set(expected) | set(actual) if expected.get(key) != actual.get(key))
+    return ["<whole state>"]
+
+
+class SandboxRunner:
+    """Records cases against one system instance, one case at a time.
+
+    `system_factory` builds a fresh instance; a new one replaces an instance left behind
+    by a hung case.
+    """
+
+    def __init__(self, system_factory: Callable[[], Any], *, system_version: str, timeout_s: float):
+        self._system_factory = system_factory
+        self._system = system_factory()
+        self._lock = threading.Lock()  # cases sharing one system run one at a time
+        self.system_version = system_version
+        self.timeout_s = timeout_s
+
+    @property
+    def system(self) -> Any:
+        return self._system
+
+    def record(self, case: CaseRecord) -> RecordedRun:
+        with self._lock:
+            started = time.perf_counter()
+            run = self._record_unlocked(case)
+            run.duration_s = round(time.perf_counter() - started, 6)
+            return run
+
+    def record_all(
+        self, cases: Iterable[CaseRecord], on_recorded: Callable[[RecordedRun], None] | None = None
+    ) -> list[RecordedRun]:
+        runs = []
+        for case in cases:
+            run = self.record(case)
+            if on_recorded is not None:
+                on_recorded(run)
+            runs.append(run)
+        return runs
+
+    # -- one case ------------------------------------------------------------------------
+
+    def _new_run(self, case: CaseRecord, status: str, **fields: Any) -> RecordedRun:
+        return RecordedRun(
+            case_id=case.case_id, case_digest=case.case_digest, system_version=self.system_version, status=status, **fields
+        )
+
+    def _record_unlocked(self, case: CaseRecord) -> RecordedRun:
+        system = self._system
+        stateful = isinstance(system, Stateful)
+        starting_state = copy.deepcopy(case.initial_state) if case.initial_state is not None else {}
+        if stateful:
+            problem = self._reset(system, starting_state)
+            if problem is not None:
+                return self._new_run(case, "reset_not_clean", error=problem)
+        toolbox = system_toolbox(system)
+        if toolbox is not None:
+            toolbox.begin(role=_role_of(case.input))
+
+        call = call_with_timeout(lambda: system(copy.deepcopy(case.input)), self.timeout_s)
+        if isinstance(call.error, CaseTimedOut):
+            self._system = self._system_factory()  # the hung thread still holds the old one
+            return self._new_run(case, "timeout", error=call.error_text, trajectory=_trajectory_of(system))
+        trajectory = _trajectory_of(system)
+        if isinstance(call.error, StepLimitReached):
+            trajectory = trajectory or Trajectory()
+            trajectory.terminal_status = "truncated"
+        elif call.error is not None:
+            return self._new_run(case, "error", error=call.error_text, trajectory=trajectory)
+
+        try:
+            output = as_json(call.value)
+        except (TypeError, ValueError) as error:
+            return self._new_run(case, "not_json", error=f"the output is not JSON: {error}", trajectory=trajectory)
+        environment_state = None
+        if stateful:
+            snapshot = call_with_timeout(system.snapshot, self.timeout_s)
+            if snapshot.error is not None:
+                return self._new_run(case, "error", error=f"snapshot() failed: {snapshot.error_text}", output=output)
+            try:
+                state_after = as_json(snapshot.value)
+            except (TypeError, ValueError) as error:
+                return self._new_run(case, "not_json", error=f"the state after is not JSON: {error}", output=output)
+            environment_state = EnvironmentState(initial=state_digest(starting_state), state=state_after)
+        return self._new_run(
+            case, "ok", output=output, trajectory=trajectory, environment_state=environment_state
+        )
+
+    def _reset(self, system: Any, starting_state: Any) -> str | None:
+        """Reset, then check the world really is the starting state; a problem as text."""
+        reset = call_with_timeout(lambda: system.reset(copy.deepcopy(starting_state)), self.timeout_s)
+        if reset.error is not None:
+            return f"reset() failed: {reset.error_text}"
+        snapshot = call_with_timeout(system.snapshot, self.timeout_s)
+        if snapshot.error is not None:
+            return f"snapshot() after reset failed: {snapshot.error_text}"
+        try:
+            observed = as_json(snapshot.value)
+        except (TypeError, ValueError) as error:
+            return f"snapshot() after reset is not JSON: {error}"
+        if observed != as_json(starting_state):
+            tables = ", ".join(state_difference(starting_state, observed))
+            return f"the state after reset differs from the starting state in: {tables}"
+        return None
+
+
+def _trajectory_of(system: Any) -> Trajectory | None:
+    toolbox = system_toolbox(system)
+    if toolbox is not None:
+        return toolbox.trajectory()
+    reader = getattr(system, "trajectory", None)
+    if callable(reader):
+        try:
+            return Trajectory.model_validate(reader())
+        except Exception:  # a system's own trajectory that does not parse is simply absent
+            return None
+    return None
+
+
+def _role_of(case_input: Any) -> str | None:
+    """The acting role, when the case's input names one."""
+    if isinstance(case_input, dict) and isinstance(case_input.get("role"), str):
+        return case_input["role"]
+    return None
