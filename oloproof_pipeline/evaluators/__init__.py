@@ -1,0 +1,55 @@
+"""The evaluator registry: one evaluator kind per module, keyed by its `type`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from ..errors import ProjectError, describe_validation_error, yaml_line
+from ..project import CaseRecord
+from ..verdicts import Verdict
+from .base import Evaluator, EvaluatorConfig, JudgingContext
+from .exact_match import ExactMatch
+from .state_matches import StateMatches
+from .state_unchanged import StateUnchanged
+
+EVALUATOR_TYPES: dict[str, type[Evaluator]] = {
+    ExactMatch.type: ExactMatch,
+    StateMatches.type: StateMatches,
+    StateUnchanged.type: StateUnchanged,
+}
+
+
+def build_evaluators(
+    configs: list[dict[str, Any]], *, file: Path | str, yaml_root: yaml.Node | None = None
+) -> list[Evaluator]:
+    """Validate each `evaluators:` entry against its type's model; errors name file, line, field."""
+    evaluators, problems = [], []
+    for index, config in enumerate(configs):
+        kind = config.get("type") if isinstance(config, dict) else None
+        if kind not in EVALUATOR_TYPES:
+            line = yaml_line(yaml_root, ("evaluators", index, "type"))
+            known = ", ".join(sorted(EVALUATOR_TYPES))
+            problems.append(f"{file}:{line}: evaluators[{index}].type: unknown evaluator type {kind!r} (known: {known})")
+            continue
+        evaluator_class = EVALUATOR_TYPES[kind]
+        try:
+            evaluators.append(evaluator_class(evaluator_class.config_model.model_validate(config)))
+        except ValidationError as error:
+            problems.extend(
+                describe_validation_error(error, file, loc_prefix=("evaluators", index), yaml_root=yaml_root)
+            )
+    if problems:
+        raise ProjectError(problems)
+    return evaluators
+
+
+def judge_all(evaluators: list[Evaluator], cases: list[CaseRecord], context: JudgingContext) -> list[Verdict]:
+    """One verdict per case and criterion, in case order."""
+    return [evaluator.judge_case(case, context) for case in cases for evaluator in evaluators]
+
+
+__all__ = ["EVALUATOR_TYPES", "Evaluator", "EvaluatorConfig", "JudgingContext", "build_evaluators", "judge_all"]

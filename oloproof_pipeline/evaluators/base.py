@@ -1,0 +1,69 @@
+"""What every evaluator shares: its config model, its criterion, and the rules that hold
+before any evaluator looks at a case (copies excluded, failed recordings MISSING)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+from ..project import CaseRecord
+from ..recording import RecordedRun
+from ..verdicts import Verdict
+
+
+class EvaluatorConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: str
+    criterion: str | None = None
+
+
+@dataclass
+class JudgingContext:
+    """Everything judging may look at, keyed by case id. Built from stored tables, so a
+    version can be re-graded without the system under test."""
+
+    cases: dict[str, CaseRecord]
+    recordings: dict[str, RecordedRun]
+    # Fault replays by (case id, criterion); filled when the project declares fault plans.
+    replays: dict[tuple[str, str], Any] = field(default_factory=dict)
+
+    def recording_of(self, case_id: str) -> RecordedRun | None:
+        return self.recordings.get(case_id)
+
+
+class Evaluator:
+    """Subclasses set `type`, `config_model`, and implement `judge`."""
+
+    type: ClassVar[str]
+    config_model: ClassVar[type[EvaluatorConfig]]
+    # Only metamorphic relations judge derived copies; every other evaluator excludes them.
+    judges_copies: ClassVar[bool] = False
+
+    def __init__(self, config: EvaluatorConfig):
+        self.config = config
+
+    @property
+    def criterion(self) -> str:
+        return self.config.criterion or self.default_criterion()
+
+    def default_criterion(self) -> str:
+        return self.type
+
+    def verdict(self, case: CaseRecord, outcome: str, reason: str, details: Any = None) -> Verdict:
+        return Verdict(case_id=case.case_id, criterion=self.criterion, outcome=outcome, reason=reason, details=details)
+
+    def judge_case(self, case: CaseRecord, context: JudgingContext) -> Verdict:
+        if case.is_derived and not self.judges_copies:
+            return self.verdict(case, "EXCLUDED", "metamorphic_copy")
+        recording = context.recording_of(case.case_id)
+        if recording is None:
+            return self.verdict(case, "MISSING", "not_recorded")
+        if recording.status != "ok":
+            return self.verdict(case, "MISSING", f"run_{recording.status}", {"error": recording.error})
+        return self.judge(case, recording, context)
+
+    def judge(self, case: CaseRecord, recording: RecordedRun, context: JudgingContext) -> Verdict:
+        raise NotImplementedError

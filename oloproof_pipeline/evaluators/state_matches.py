@@ -1,0 +1,163 @@
+"""`state_matches`: the state a case left behind against the case's `expected.state`.
+
+DeepDiff finds the differences; a walk over the expected leaves turns them into one details
+row per compared path, so a person sees what matched as well as what did not. Dicts are walked
+key by key (subset mode lets the actual state carry extra keys); anything else, lists included,
+is one leaf compared whole and in order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal, Sequence
+
+from deepdiff import DeepDiff
+from deepdiff.operator import BaseOperator
+from pydantic import Field
+
+from ..project import CaseRecord
+from ..recording import RecordedRun
+from ..verdicts import Verdict
+from .base import Evaluator, EvaluatorConfig, JudgingContext
+from .paths import ABSENT, DottedPath, absent_as_none, join_path, read_keys, read_path, split_path
+
+Mode = Literal["exact", "subset"]
+ADDED = "dictionary_item_added"
+# Float arithmetic puts 0.11 - 0.10 a hair above 0.01; the slack keeps "within 0.01" true to intent.
+TOLERANCE_SLACK = 1e-9
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+class NumbersWithin(BaseOperator):
+    """Two numbers (never bools) are equal when within `tolerance`; 1 and 1.0 are one JSON number."""
+
+    def __init__(self, tolerance: float | None):
+        super().__init__()
+        self.tolerance = tolerance or 0.0
+
+    def match(self, level: Any) -> bool:
+        return is_number(level.t1) and is_number(level.t2)
+
+    def give_up_diffing(self, level: Any, diff_instance: Any) -> bool:
+        # True means "equal, stop here"; False lets DeepDiff report the change as it usually does.
+        return abs(level.t1 - level.t2) <= self.tolerance * (1 + TOLERANCE_SLACK)
+
+
+def differences(expected: Any, actual: Any, tolerance: float | None = None) -> list[tuple[str, list[Any], Any]]:
+    """(DeepDiff report kind, key path, actual value there) for each difference."""
+    diff = DeepDiff(
+        expected,
+        actual,
+        custom_operators=[NumbersWithin(tolerance)],
+        # Otherwise a dict with many new keys is reported as one changed value, hiding which keys
+        # were added (and subset mode must tell added keys from changed ones).
+        threshold_to_diff_deeper=0,
+    )
+    return [(kind, level.path(output_format="list"), level.t2) for kind, levels in diff.tree.items() for level in levels]
+
+
+def values_equal(expected: Any, actual: Any, tolerance: float | None = None) -> bool:
+    return not differences(expected, actual, tolerance)
+
+
+def leaf_keys(value: Any, prefix: Sequence[str] = ()) -> list[list[str]]:
+    """Key paths to every leaf of `value`. An empty dict is a leaf, so it is still compared."""
+    if isinstance(value, dict) and value:
+        return [leaf for key, child in value.items() for leaf in leaf_keys(child, [*prefix, key])]
+    return [list(prefix)]
+
+
+def overlaps(leaf: Sequence[Any], changed: Sequence[Any]) -> bool:
+    """A difference at, above or below a leaf makes that leaf differ."""
+    shared = min(len(leaf), len(changed))
+    return list(leaf[:shared]) == list(changed[:shared])
+
+
+def state_row(keys: Sequence[Any], expected: Any, actual: Any, *, matched: bool) -> dict[str, Any]:
+    row = {"path": join_path(keys), "expected": absent_as_none(expected), "actual": absent_as_none(actual), "matched": matched}
+    if actual is ABSENT:
+        row["absent"] = True
+    if expected is ABSENT:
+        row["expected_absent"] = True
+    return row
+
+
+def first_difference(rows: list[dict[str, Any]]) -> str | None:
+    """The path of the first unmatched row, for the verdict's reason."""
+    return next((row["path"] or "(whole state)" for row in rows if not row["matched"]), None)
+
+
+@dataclass(frozen=True)
+class StateComparison:
+    """How one selected subtree is compared: `exact` (extra keys differ) or `subset`."""
+
+    mode: Mode = "exact"
+    tolerance: float | None = None
+
+    def rows(self, path: str, expected: Any, actual: Any) -> list[dict[str, Any]]:
+        base = split_path(path)
+        if expected is ABSENT or actual is ABSENT:
+            return self._rows_with_absence(base, expected, actual)
+        found = differences(expected, actual, self.tolerance)
+        differing = [keys for kind, keys, _ in found if not (kind == ADDED and self.mode == "subset")]
+        rows = [
+            state_row(
+                base + leaf,
+                read_keys(expected, leaf),
+                read_keys(actual, leaf),
+                matched=not any(overlaps(leaf, keys) for keys in differing),
+            )
+            for leaf in leaf_keys(expected)
+        ]
+        if self.mode == "exact":
+            rows += [state_row(base + keys, ABSENT, value, matched=False) for kind, keys, value in found if kind == ADDED]
+        return rows
+
+    def _rows_with_absence(self, base: list[str], expected: Any, actual: Any) -> list[dict[str, Any]]:
+        if expected is ABSENT:
+            # Nothing there before and nothing there now is no change; something new is.
+            return [state_row(base, ABSENT, actual, matched=actual is ABSENT)]
+        return [state_row(base + leaf, read_keys(expected, leaf), ABSENT, matched=False) for leaf in leaf_keys(expected)]
+
+
+def expected_state_of(case: CaseRecord) -> Any:
+    state = (case.expected or {}).get("state")
+    return ABSENT if state is None else state
+
+
+class StateMatchesConfig(EvaluatorConfig):
+    mode: Mode = "subset"
+    # None compares the whole state.
+    paths: list[DottedPath] | None = Field(default=None, min_length=1)
+    tolerance: float | None = Field(default=None, ge=0)
+
+
+class StateMatches(Evaluator):
+    type: ClassVar[str] = "state_matches"
+    config_model: ClassVar[type[EvaluatorConfig]] = StateMatchesConfig
+    config: StateMatchesConfig
+
+    def judge(self, case: CaseRecord, recording: RecordedRun, context: JudgingContext) -> Verdict:
+        expected_state = expected_state_of(case)
+        if expected_state is ABSENT:
+            return self.verdict(case, "EXCLUDED", "no_expected_state")
+        if recording.environment_state is None:
+            return self.verdict(case, "MISSING", "no_recorded_state")
+        paths = self.config.paths or [""]
+        unstated = [path for path in paths if read_path(expected_state, path) is ABSENT]
+        if unstated:
+            # The case says nothing about these paths: judging only the rest would pass it on less.
+            return self.verdict(case, "EXCLUDED", "path_not_expected", {"paths": unstated})
+        comparison = StateComparison(self.config.mode, self.config.tolerance)
+        rows = [
+            row
+            for path in paths
+            for row in comparison.rows(path, read_path(expected_state, path), read_path(recording.state_after, path))
+        ]
+        first = first_difference(rows)
+        if first is None:
+            return self.verdict(case, "PASS", "state_matches", rows)
+        return self.verdict(case, "FAIL", f"state_differs: {first}", rows)
