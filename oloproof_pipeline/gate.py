@@ -1,0 +1,256 @@
+"""The release gate: each rule's interval against its bar, then one ALLOW or BLOCK.
+
+Exit codes of `oloproof gate` (and of any command that ends in the gate):
+
+| code | constant                   | meaning                                                    |
+| ---- | -------------------------- | ---------------------------------------------------------- |
+| 0    | EXIT_ALLOW                 | every rule PASSed (or the policy has no rules)             |
+| 1    | EXIT_BLOCK_FAIL            | BLOCK: some rule FAILed                                    |
+| 2    | EXIT_USAGE                 | the command was used wrongly (bad option or argument)      |
+| 3    | EXIT_BLOCK_INSUFFICIENT    | BLOCK: no FAIL, some rule INSUFFICIENT_EVIDENCE            |
+| 4    | EXIT_BLOCK_MANUAL_REVIEW   | BLOCK: the only blocking decisions are MANUAL_REVIEW       |
+| 5    | EXIT_PROJECT_ERROR         | the project's files are invalid                            |
+| 6    | EXIT_PIPELINE_ERROR        | the pipeline failed before the gate could decide           |
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Literal
+
+from pydantic import BaseModel, ConfigDict, computed_field
+
+from .project import RuleConfig
+from .statistics import BarKind, BlockingReason, RateEstimate, suite_size_to_decide
+
+EXIT_ALLOW = 0
+EXIT_BLOCK_FAIL = 1
+EXIT_USAGE = 2
+EXIT_BLOCK_INSUFFICIENT = 3
+EXIT_BLOCK_MANUAL_REVIEW = 4
+EXIT_PROJECT_ERROR = 5
+EXIT_PIPELINE_ERROR = 6
+
+RuleOutcome = Literal["PASS", "FAIL", "INSUFFICIENT_EVIDENCE", "MANUAL_REVIEW"]
+GateOutcome = Literal["ALLOW", "BLOCK"]
+# The order blocking rules are listed in a gate's reasons.
+BLOCKING_ORDER: tuple[RuleOutcome, ...] = ("FAIL", "MANUAL_REVIEW", "INSUFFICIENT_EVIDENCE")
+
+
+class RuleDecision(BaseModel):
+    """One rule decided: a row of the `gate` table."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rule_id: str
+    metric: str
+    decision: RuleOutcome
+    estimate: float | None
+    lower: float
+    upper: float
+    method: str
+    observed: int
+    passed: int
+    failed: int
+    missing: int
+    excluded: int
+    reasons: list[str]
+    suite_size_to_decide: int | None = None
+    bar_kind: Literal["min", "max", "range"]
+    bar: float | None  # the rule's one bar; None for a range (see bar_min and bar_max)
+    bar_min: float | None = None
+    bar_max: float | None = None
+
+
+# -- one rule ------------------------------------------------------------------------------
+
+
+def _format_pair(first: float, second: float) -> tuple[str, str]:
+    """Two numbers with enough decimals that unequal ones never print the same
+    (0.7999 against 0.80 prints as 0.7999 < 0.8000, not 0.80 < 0.80)."""
+    for decimals in range(2, 7):
+        texts = f"{first:.{decimals}f}", f"{second:.{decimals}f}"
+        if texts[0] != texts[1] or first == second:
+            return texts
+    return f"{first!r}", f"{second!r}"
+
+
+def _compare(name: str, value: float, relation: str, bar_name: str, bar: float) -> str:
+    value_text, bar_text = _format_pair(value, bar)
+    return f"{name} {value_text} {relation} {bar_name} {bar_text}"
+
+
+def _judge_bar(estimate: RateEstimate, bar: float, kind: BarKind, confidence: float) -> tuple[RuleOutcome, str, int | None]:
+    """The interval against one bar: (decision, reason, suite size when it straddles)."""
+    if kind == "min":
+        if estimate.lower >= bar:
+            return "PASS", _compare("lower", estimate.lower, ">=", "min", bar), None
+        if estimate.upper < bar:
+            return "FAIL", _compare("upper", estimate.upper, "<", "min", bar), None
+        straddle = _compare("lower", estimate.lower, "<", "min", bar)
+    else:
+        if estimate.upper <= bar:
+            return "PASS", _compare("upper", estimate.upper, "<=", "max", bar), None
+        if estimate.lower > bar:
+            return "FAIL", _compare("lower", estimate.lower, ">", "max", bar), None
+        straddle = _compare("upper", estimate.upper, ">", "max", bar)
+    size = suite_size_to_decide(estimate.estimate, bar, kind, confidence)
+    size_text = f"about {size} cases would decide it" if size is not None else "no size would decide it"
+    return "INSUFFICIENT_EVIDENCE", f"interval_straddles_bar: {straddle}; {size_text}", size
+
+
+def _bars(rule: RuleConfig) -> list[tuple[float, BarKind]]:
+    bars: list[tuple[float, BarKind]] = []
+    if rule.min is not None:
+        bars.append((rule.min, "min"))
+    if rule.max is not None:
+        bars.append((rule.max, "max"))
+    return bars
+
+
+def _judge_interval(rule: RuleConfig, estimate: RateEstimate, confidence: float) -> tuple[RuleOutcome, list[str], int | None]:
+    """Every bar of the rule must be cleared: FAIL if any fails, PASS only if all pass."""
+    judged = [_judge_bar(estimate, bar, kind, confidence) for bar, kind in _bars(rule)]
+    decisions = [decision for decision, _, _ in judged]
+    if "FAIL" in decisions:
+        return "FAIL", [reason for decision, reason, _ in judged if decision == "FAIL"], None
+    if all(decision == "PASS" for decision in decisions):
+        return "PASS", [reason for _, reason, _ in judged], None
+    straddling = [(reason, size) for decision, reason, size in judged if decision == "INSUFFICIENT_EVIDENCE"]
+    sizes = [size for _, size in straddling]
+    # Deciding needs every straddled bar decided: the largest size, and none if any has none.
+    size = None if None in sizes else max(sizes)
+    return "INSUFFICIENT_EVIDENCE", [reason for reason, _ in straddling], size
+
+
+def _blocking_decision(estimate: RateEstimate, blocking_reasons: list[BlockingReason]) -> tuple[RuleOutcome | None, list[str]]:
+    """MANUAL_REVIEW reasons outrank INSUFFICIENT_EVIDENCE ones; both outrank the interval."""
+    manual = [reason for kind, reason in blocking_reasons if kind == "MANUAL_REVIEW"]
+    insufficient = [reason for kind, reason in blocking_reasons if kind == "INSUFFICIENT_EVIDENCE"]
+    unknown = {kind for kind, _ in blocking_reasons} - {"MANUAL_REVIEW", "INSUFFICIENT_EVIDENCE"}
+    if unknown:
+        raise ValueError(f"unknown blocking reason kind(s) {sorted(unknown)}")
+    if estimate.observed == 0 and estimate.missing == 0:
+        insufficient.append("no_cases: no case was judged on this metric")
+    if manual:
+        return "MANUAL_REVIEW", manual + insufficient
+    if insufficient:
+        return "INSUFFICIENT_EVIDENCE", insufficient
+    return None, []
+
+
+def _bar_fields(rule: RuleConfig) -> dict:
+    if rule.min is not None and rule.max is not None:
+        return {"bar_kind": "range", "bar": None, "bar_min": rule.min, "bar_max": rule.max}
+    if rule.min is not None:
+        return {"bar_kind": "min", "bar": rule.min, "bar_min": rule.min, "bar_max": None}
+    return {"bar_kind": "max", "bar": rule.max, "bar_min": None, "bar_max": rule.max}
+
+
+def decide_rule(
+    rule: RuleConfig,
+    estimate: RateEstimate,
+    blocking_reasons: Iterable[BlockingReason] = (),
+    confidence: float = 0.95,
+) -> RuleDecision:
+    """Decide one rule. `blocking_reasons` are (kind, reason) pairs from the rate (e.g.
+    insufficient_clusters) or from callers (e.g. transform_not_checked); they win over the
+    interval, MANUAL_REVIEW first. The estimate and interval are shown whatever the decision."""
+    decision, reasons = _blocking_decision(estimate, list(blocking_reasons))
+    suite_size = None
+    if decision is None:
+        decision, reasons, suite_size = _judge_interval(rule, estimate, confidence)
+    return RuleDecision(
+        rule_id=rule.id,
+        metric=rule.metric,
+        decision=decision,
+        estimate=estimate.estimate,
+        lower=estimate.lower,
+        upper=estimate.upper,
+        method=estimate.method,
+        observed=estimate.observed,
+        passed=estimate.passed,
+        failed=estimate.failed,
+        missing=estimate.missing,
+        excluded=estimate.excluded,
+        reasons=reasons,
+        suite_size_to_decide=suite_size,
+        **_bar_fields(rule),
+    )
+
+
+# -- the gate ------------------------------------------------------------------------------
+
+
+class GateDecision(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    decision: GateOutcome
+    reasons: list[str]
+    rules: list[RuleDecision]
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def exit_code(self) -> int:
+        """A distinct code per cause of a BLOCK (see the module's table)."""
+        decisions = {rule.decision for rule in self.rules}
+        if self.decision == "ALLOW":
+            return EXIT_ALLOW
+        if "FAIL" in decisions:
+            return EXIT_BLOCK_FAIL
+        if "INSUFFICIENT_EVIDENCE" in decisions:
+            return EXIT_BLOCK_INSUFFICIENT
+        return EXIT_BLOCK_MANUAL_REVIEW
+
+
+def decide_gate(decisions: Iterable[RuleDecision]) -> GateDecision:
+    """BLOCK when any rule is not PASS; reasons list FAIL rules, then MANUAL_REVIEW, then
+    INSUFFICIENT_EVIDENCE, each as `rule_id: DECISION: reason; reason`."""
+    rules = list(decisions)
+    if not rules:
+        return GateDecision(decision="ALLOW", reasons=["no rules: release.yaml gates nothing"], rules=[])
+    reasons = [
+        f"{rule.rule_id}: {rule.decision}: {'; '.join(rule.reasons)}"
+        for outcome in BLOCKING_ORDER
+        for rule in rules
+        if rule.decision == outcome
+    ]
+    return GateDecision(decision="BLOCK" if reasons else "ALLOW", reasons=reasons, rules=rules)
+
+
+# -- Markdown ------------------------------------------------------------------------------
+
+
+def _cell(text: str) -> str:
+    """Table-safe text: a `|` or a newline would break the row."""
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _number(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+def _rule_row(rule: RuleDecision) -> str:
+    cells = [
+        rule.rule_id,
+        rule.metric,
+        f"**{rule.decision}**",
+        _number(rule.estimate),
+        f"[{_number(rule.lower)}, {_number(rule.upper)}] {rule.method}",
+        f"{rule.observed} / {rule.missing} / {rule.excluded}",
+        "; ".join(rule.reasons) or "-",
+    ]
+    return "| " + " | ".join(_cell(cell) for cell in cells) + " |"
+
+
+def gate_markdown(gate: GateDecision) -> str:
+    """The overall decision, then one table row per rule."""
+    lines = [
+        f"**Gate: {gate.decision}** (exit code {gate.exit_code})",
+        "",
+        "| rule | metric | decision | estimate | interval | observed / missing / excluded | reasons |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    lines.extend(_rule_row(rule) for rule in gate.rules)
+    if not gate.rules:
+        lines.append("| - | - | - | - | - | - | " + _cell("; ".join(gate.reasons)) + " |")
+    return "\n".join(lines) + "\n"
