@@ -1,0 +1,251 @@
+"""The pipeline's steps as plain functions: each Dagster asset body calls one of these.
+
+Everything here works from stored tables, so a version can be re-graded without its system.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass
+from typing import Any, Callable
+
+import pandas as pd
+
+from .errors import SystemVersionMismatch
+from .evaluators import JudgingContext, judge_all
+from .gate import GateDecision, decide_gate, decide_rule
+from .project import CaseRecord, Project, load_cases
+from .recording import RecordedRun
+from .runner import SandboxRunner
+from .storage import Journal, read_table
+from .system import current_system_version, system_spec
+from .statistics import BlockingReason, rate_from_outcomes
+from .tables import (
+    CASE_NESTED,
+    CASES_SCHEMA,
+    GATE_NESTED,
+    GATE_SCHEMA,
+    RECORDED_RUNS_SCHEMA,
+    RUN_NESTED,
+    VERDICT_NESTED,
+    VERDICTS_SCHEMA,
+    frame_from_rows,
+    models_to_frame,
+    rows_from_frame,
+)
+
+# -- cases ---------------------------------------------------------------------------------
+
+
+def case_table(cases: list[CaseRecord]) -> pd.DataFrame:
+    return models_to_frame(cases, CASES_SCHEMA, CASE_NESTED)
+
+
+def cases_from_table(frame: pd.DataFrame) -> list[CaseRecord]:
+    return [CaseRecord.model_validate(row) for row in rows_from_frame(frame, CASE_NESTED)]
+
+
+def load_case_table(project: Project) -> pd.DataFrame:
+    return case_table(load_cases(project))
+
+
+# -- recording -----------------------------------------------------------------------------
+
+
+@dataclass
+class RecordingSummary:
+    """Counts for a materialization's metadata: what was recorded now and what was reused."""
+
+    new: int = 0
+    reused: int = 0
+    dropped: int = 0
+    failed: int = 0
+
+    def as_metadata(self) -> dict[str, int]:
+        return {f"cases_{name}": value for name, value in asdict(self).items()}
+
+
+def check_partition_is_current_version(project: Project, partition_version: str) -> None:
+    """Refuse to record under a version the loaded system is not: that would mislabel runs."""
+    loaded = current_system_version(project)
+    if partition_version != loaded:
+        raise SystemVersionMismatch(
+            f"refusing to record partition {partition_version!r}: the loaded system "
+            f"{project.config.system.callable} is version {loaded!r}. Record {loaded!r} instead, "
+            f"or re-grade {partition_version!r} from its stored recordings."
+        )
+
+
+def runs_from_table(frame: pd.DataFrame | None) -> list[RecordedRun]:
+    if frame is None:
+        return []
+    return [RecordedRun.model_validate(row) for row in rows_from_frame(frame, RUN_NESTED)]
+
+
+def recorded_runs_table(runs: list[RecordedRun]) -> pd.DataFrame:
+    return models_to_frame(runs, RECORDED_RUNS_SCHEMA, RUN_NESTED)
+
+
+def reusable_runs(project: Project, version: str, journal: Journal) -> dict[str, RecordedRun]:
+    """Finished recordings of this version by case digest: the stored table, then the journal
+    of a run that may have been cut short. Only clean recordings are reused."""
+    reusable: dict[str, RecordedRun] = {}
+    stored = runs_from_table(read_table(project.root, "recorded_runs", version))
+    journaled = [RecordedRun.model_validate(row) for row in journal.rows()]
+    for run in stored + journaled:
+        if run.status == "ok" and run.system_version == version:
+            reusable[run.case_digest] = run
+    return reusable
+
+
+def record_cases(
+    project: Project,
+    cases: list[CaseRecord],
+    *,
+    version: str,
+    run_id: str,
+    fresh: bool = False,
+    on_recorded: Callable[[RecordedRun], None] | None = None,
+) -> tuple[list[RecordedRun], RecordingSummary]:
+    """Record every case not already recorded for this version (all of them when `fresh`)."""
+    check_partition_is_current_version(project, version)
+    journal = Journal.for_partition(project.root, "recorded_runs", version)
+    if fresh:
+        journal.clear()
+    reusable = {} if fresh else reusable_runs(project, version, journal)
+    previous_ids = {run.case_id for run in runs_from_table(read_table(project.root, "recorded_runs", version))}
+    to_record = [case for case in cases if case.case_digest not in reusable]
+
+    def keep(run: RecordedRun) -> None:
+        journal.append(run.model_dump(mode="json"))
+        if on_recorded is not None:
+            on_recorded(run)
+
+    new_runs: dict[str, RecordedRun] = {}
+    if to_record:
+        runner = SandboxRunner(
+            system_spec(project).build, system_version=version, timeout_s=project.config.execution.timeout_s
+        )
+        for case in to_record:
+            run = runner.record(case)
+            run.recorded_by_run = run_id
+            keep(run)
+            new_runs[case.case_id] = run
+    runs = [new_runs.get(case.case_id) or reusable[case.case_digest] for case in cases]
+    summary = RecordingSummary(
+        new=len(new_runs),
+        reused=len(cases) - len(new_runs),
+        dropped=len(previous_ids - {case.case_id for case in cases}),
+        failed=sum(run.status != "ok" for run in new_runs.values()),
+    )
+    return runs, summary
+
+
+# -- judging -------------------------------------------------------------------------------
+
+
+def judge_cases(
+    project: Project,
+    cases: list[CaseRecord],
+    runs: list[RecordedRun],
+    *,
+    version: str,
+    judged_by_run: str,
+    replays: dict[tuple[str, str], Any] | None = None,
+) -> pd.DataFrame:
+    """One verdict row per case and criterion, naming the runs that recorded and judged it."""
+    context = JudgingContext(
+        cases={case.case_id: case for case in cases},
+        recordings={run.case_id: run for run in runs},
+        replays=replays or {},
+    )
+    rows = []
+    for verdict in judge_all(project.evaluators, cases, context):
+        case, recording = context.cases[verdict.case_id], context.recording_of(verdict.case_id)
+        replay = context.replays.get((verdict.case_id, verdict.criterion))
+        rows.append(
+            {
+                **verdict.model_dump(mode="json"),
+                "case_digest": case.case_digest,
+                "group_id": case.group_id,
+                "system_version": version,
+                "recorded_by_run": recording.recorded_by_run if recording else None,
+                "replayed_by_run": getattr(replay, "replayed_by_run", None),
+                "judged_by_run": judged_by_run,
+            }
+        )
+    return frame_from_rows(rows, VERDICTS_SCHEMA, VERDICT_NESTED)
+
+
+def outcome_counts(verdicts: pd.DataFrame) -> dict[str, dict[str, int]]:
+    """criterion -> {PASS, FAIL, MISSING, EXCLUDED} counts, for metadata and reports."""
+    counts: dict[str, dict[str, int]] = {}
+    for criterion, outcome in zip(verdicts["criterion"], verdicts["outcome"]):
+        counts.setdefault(criterion, Counter())[outcome] += 1
+    return {
+        criterion: {outcome: int(tally.get(outcome, 0)) for outcome in ("PASS", "FAIL", "MISSING", "EXCLUDED")}
+        for criterion, tally in counts.items()
+    }
+
+
+# -- the gate ------------------------------------------------------------------------------
+
+
+def rule_blocking_reasons(project: Project, metric: str) -> list[BlockingReason]:
+    """Reasons from outside the rate that keep a rule from being decided by its interval.
+    (Metamorphic relations over an unchecked transform add `transform_not_checked`.)"""
+    return []
+
+
+def decide_release_gate(project: Project, verdicts: pd.DataFrame) -> GateDecision:
+    """Each rule over its metric's verdicts, then ALLOW or BLOCK."""
+    policy = project.release
+    decisions = []
+    for rule in policy.rules:
+        of_metric = verdicts[verdicts["criterion"] == rule.metric]
+        evidence = rate_from_outcomes(
+            zip(of_metric["group_id"], of_metric["outcome"]),
+            confidence=policy.confidence_level,
+            allow_approximate=policy.allow_approximate_methods,
+            min_clusters=policy.min_clusters,
+        )
+        blocking = evidence.blocking_reasons + rule_blocking_reasons(project, rule.metric)
+        decisions.append(decide_rule(rule, evidence.estimate, blocking, policy.confidence_level))
+    return decide_gate(decisions)
+
+
+def gate_table(gate: GateDecision, *, version: str, judged_by_run: str) -> pd.DataFrame:
+    """One row per rule; every row also carries the overall decision and its reasons."""
+    extra = {
+        "system_version": version,
+        "gate_decision": gate.decision,
+        "gate_reasons": gate.reasons,
+        "judged_by_run": judged_by_run,
+    }
+    return models_to_frame(gate.rules, GATE_SCHEMA, GATE_NESTED, **extra)
+
+
+# -- code versions -------------------------------------------------------------------------
+
+
+def code_versions(project: Project) -> dict[str, str]:
+    """Per asset, a digest of the configuration it depends on: when an evaluator or a rule
+    changes, the assets it feeds show as stale and a backfill re-grades them."""
+    from . import __version__
+    from .digests import digest
+
+    config = project.config
+
+    def short(tag: str, value: Any) -> str:
+        return f"{__version__}-" + digest(tag, value).removeprefix("sha256:")[:12]
+
+    evaluators = config.evaluators
+    return {
+        "cases": short("cases", {"dataset": config.dataset}),
+        "derived_cases": short("derived_cases", config.metamorphic.model_dump(mode="json")),
+        "recorded_runs": short("recorded_runs", {"system": config.system.model_dump(mode="json")}),
+        "fault_replays": short("fault_replays", {"evaluators": evaluators}),
+        "verdicts": short("verdicts", {"evaluators": evaluators}),
+        "slices": short("slices", {"slices": config.slices, "min_support": config.min_slice_support}),
+        "gate": short("gate", project.release.model_dump(mode="json")),
+    }

@@ -1,0 +1,90 @@
+"""The tables users query (DuckDB, pandas): column names are the public data contract.
+
+Nested values are stored as JSON text so every column is a plain Parquet type.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterable
+
+import pandas as pd
+import pyarrow as pa
+from pydantic import BaseModel
+
+from .digests import canonical_json
+
+TEXT, FLOAT, INT, BOOL = pa.string(), pa.float64(), pa.int64(), pa.bool_()
+
+CASES_SCHEMA = pa.schema(
+    [
+        ("case_id", TEXT), ("case_digest", TEXT), ("source_id", TEXT), ("transform", TEXT), ("group_id", TEXT),
+        ("input", TEXT), ("initial_state", TEXT), ("snapshot", TEXT), ("expected", TEXT), ("metadata", TEXT),
+        ("events", TEXT), ("file", TEXT), ("line", INT),
+    ]
+)
+RECORDED_RUNS_SCHEMA = pa.schema(
+    [
+        ("case_id", TEXT), ("case_digest", TEXT), ("system_version", TEXT), ("status", TEXT), ("error", TEXT),
+        ("output", TEXT), ("trajectory", TEXT), ("environment_state", TEXT), ("duration_s", FLOAT),
+        ("recorded_by_run", TEXT),
+    ]
+)
+VERDICTS_SCHEMA = pa.schema(
+    [
+        ("case_id", TEXT), ("case_digest", TEXT), ("group_id", TEXT), ("criterion", TEXT), ("outcome", TEXT),
+        ("reason", TEXT), ("details", TEXT), ("system_version", TEXT), ("recorded_by_run", TEXT),
+        ("replayed_by_run", TEXT), ("judged_by_run", TEXT),
+    ]
+)
+GATE_SCHEMA = pa.schema(
+    [
+        ("rule_id", TEXT), ("metric", TEXT), ("decision", TEXT), ("estimate", FLOAT), ("lower", FLOAT),
+        ("upper", FLOAT), ("method", TEXT), ("observed", INT), ("passed", INT), ("failed", INT), ("missing", INT),
+        ("excluded", INT), ("bar_kind", TEXT), ("bar", FLOAT), ("bar_min", FLOAT), ("bar_max", FLOAT), ("reasons", TEXT), ("suite_size_to_decide", INT),
+        ("system_version", TEXT), ("gate_decision", TEXT), ("gate_reasons", TEXT), ("judged_by_run", TEXT),
+    ]
+)
+
+
+def to_json_text(value: Any) -> str | None:
+    return None if value is None else canonical_json(value)
+
+
+def from_json_text(text: Any) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def _json_columns(schema: pa.Schema, nested: Iterable[str]) -> set[str]:
+    return {name for name in nested if name in schema.names}
+
+
+def frame_from_rows(rows: list[dict[str, Any]], schema: pa.Schema, nested: Iterable[str] = ()) -> pd.DataFrame:
+    """Rows of plain data to a typed DataFrame; `nested` columns become JSON text."""
+    json_columns = _json_columns(schema, nested)
+    prepared = [
+        {name: (to_json_text(row.get(name)) if name in json_columns else row.get(name)) for name in schema.names}
+        for row in rows
+    ]
+    return pa.Table.from_pylist(prepared, schema=schema).to_pandas()
+
+
+def rows_from_frame(frame: pd.DataFrame, nested: Iterable[str] = ()) -> list[dict[str, Any]]:
+    """A stored table back to plain rows (None for nulls, JSON text parsed)."""
+    rows = pa.Table.from_pandas(frame, preserve_index=False).to_pylist()
+    nested = [name for name in nested if name in frame.columns]
+    for row in rows:
+        for name in nested:
+            row[name] = from_json_text(row[name])
+    return rows
+
+
+def models_to_frame(models: Iterable[BaseModel], schema: pa.Schema, nested: Iterable[str], **extra: Any) -> pd.DataFrame:
+    rows = [{**model.model_dump(mode="json"), **extra} for model in models]
+    return frame_from_rows(rows, schema, nested)
+
+
+CASE_NESTED = ("input", "initial_state", "expected", "metadata", "events")
+RUN_NESTED = ("output", "trajectory", "environment_state")
+VERDICT_NESTED = ("details",)
+GATE_NESTED = ("reasons", "gate_reasons")
