@@ -1,0 +1,1 @@
+"""Example evaluation projects, shipped inside the package for `oloproof init --example`."""

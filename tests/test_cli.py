@@ -1,0 +1,60 @@
+"""The `oloproof` command as a user runs it: a new folder, any working directory."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+OLOPROOF = str(Path(sys.executable).parent / "oloproof")
+
+
+def oloproof(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    environment = {key: value for key, value in os.environ.items() if key != "DAGSTER_HOME"}
+    return subprocess.run([OLOPROOF, *args], cwd=cwd, capture_output=True, text=True, timeout=300, env=environment)
+
+
+def decision_lines(output: str) -> list[str]:
+    return [line for line in output.splitlines() if "│" in line or line.startswith("Gate:")]
+
+
+def test_init_run_gate_from_anywhere(tmp_path):
+    listed = oloproof("init", "--example", "list", cwd=tmp_path)
+    assert listed.returncode == 0 and "stateful-agent" in listed.stdout.split()
+
+    project = tmp_path / "x"
+    created = oloproof("init", str(project), "--example", "stateful-agent", cwd=tmp_path)
+    assert created.returncode == 0, created.stderr
+    assert (project / "oloproof.yaml").is_file() and (project / "data" / "cases.jsonl").is_file()
+
+    ran = oloproof("run", cwd=project)
+    assert ran.returncode == 3, ran.stdout + ran.stderr  # BLOCK on insufficient evidence
+    assert "Gate: BLOCK" in ran.stdout and "bystanders" in ran.stdout
+
+    elsewhere = oloproof("gate", "--project", str(project), cwd=tmp_path)
+    assert elsewhere.returncode == 3
+    assert decision_lines(elsewhere.stdout) == decision_lines(ran.stdout)
+
+    verdicts = pd.read_parquet(project / ".oloproof" / "tables" / "verdicts" / "1.0.0.parquet")
+    assert verdicts["judged_by_run"].notna().all()
+    # The run was recorded in the project's persistent instance, which `dagster dev` shares.
+    assert (project / ".oloproof" / "dagster_home" / "dagster.yaml").is_file()
+    assert any((project / ".oloproof" / "dagster_home").rglob("*.db"))
+
+
+def test_init_refuses_a_non_empty_folder_and_unknown_examples(tmp_path):
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "file.txt").write_text("keep me")
+    busy = oloproof("init", str(tmp_path / "busy"), "--example", "stateful-agent", cwd=tmp_path)
+    assert busy.returncode == 2 and "not empty" in busy.stderr
+    unknown = oloproof("init", str(tmp_path / "new"), "--example", "nope", cwd=tmp_path)
+    assert unknown.returncode == 2 and "no example named 'nope'" in unknown.stderr
+
+
+def test_gate_without_a_stored_run_says_what_to_do(refund_desk, tmp_path):
+    missing = oloproof("gate", "--project", str(refund_desk), cwd=tmp_path)
+    assert missing.returncode == 6
+    assert "no gate stored for version '1.0.0'" in missing.stderr and "Traceback" not in missing.stderr
