@@ -39,3 +39,21 @@ class RecordedRun(BaseModel):
     @property
     def state_after(self) -> Any:
         return None if self.environment_state is None else self.environment_state.state
+
+
+class ReplayResult(BaseModel):
+    """What the runner stores for one replay of a recorded case (a control or a faulted one):
+    the whole trajectory, the output (none from a hand-written `replay`) and the state after."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    status: RunStatus
+    error: str | None = None
+    output: Any = None
+    trajectory: Trajectory | None = None
+    environment_state: EnvironmentState | None = None
+    duration_s: float = 0.0
+
+    @classmethod
+    def from_run(cls, run: RecordedRun) -> "ReplayResult":
+        return cls(**run.model_dump(include={"status", "error", "output", "trajectory", "environment_state"}))

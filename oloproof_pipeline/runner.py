@@ -1,5 +1,6 @@
 """The sandbox runner: reset the world to a case's starting state, run the system once,
-record what it returned, what it did and the world it left behind.
+record what it returned, what it did and the world it left behind. It also replays a
+recorded case from a checkpoint under a change (the same reset, lock and timeout).
 
 A system that raises, hangs or returns something that is not JSON costs that case only.
 """
@@ -14,12 +15,14 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
+from pydantic import ValidationError
+
 from .digests import state_digest
 from .project import CaseRecord
-from .recording import EnvironmentState, RecordedRun
-from .system import Stateful, system_toolbox
-from .toolbox import StepLimitReached
-from .trajectory import Trajectory
+from .recording import EnvironmentState, RecordedRun, ReplayResult
+from .system import Replayable, Stateful, system_toolbox
+from .toolbox import ReplayScript, StepLimitReached, ToolChange
+from .trajectory import Checkpoint, Trajectory
 
 
 class CaseTimedOut(Exception):
@@ -97,6 +100,23 @@ class SandboxRunner:
             run.duration_s = round(time.perf_counter() - started, 6)
             return run
 
+    def replay(
+        self, case: CaseRecord, trajectory: Trajectory, checkpoint: Checkpoint, change: ToolChange | None
+    ) -> ReplayResult:
+        """Re-run a recorded case from `checkpoint` under `change` (None: a control replay),
+        after resetting the sandbox to the case's starting state, under the recording lock."""
+        with self._lock:
+            started = time.perf_counter()
+            if has_own_replay(self._system):
+                result = self._replay_by_system(case, trajectory, checkpoint, change)
+            elif system_toolbox(self._system) is not None:
+                script = ReplayScript.from_recording(trajectory, checkpoint, change)
+                result = ReplayResult.from_run(self._record_unlocked(case, replay=script))
+            else:
+                result = ReplayResult(status="not_replayable", error=NOT_REPLAYABLE)
+            result.duration_s = round(time.perf_counter() - started, 6)
+            return result
+
     def record_all(
         self, cases: Iterable[CaseRecord], on_recorded: Callable[[RecordedRun], None] | None = None
     ) -> list[RecordedRun]:
@@ -115,17 +135,17 @@ class SandboxRunner:
             case_id=case.case_id, case_digest=case.case_digest, system_version=self.system_version, status=status, **fields
         )
 
-    def _record_unlocked(self, case: CaseRecord) -> RecordedRun:
+    def _record_unlocked(self, case: CaseRecord, replay: ReplayScript | None = None) -> RecordedRun:
         system = self._system
         stateful = isinstance(system, Stateful)
-        starting_state = copy.deepcopy(case.initial_state) if case.initial_state is not None else {}
+        starting_state = starting_state_of(case)
         if stateful:
             problem = self._reset(system, starting_state)
             if problem is not None:
                 return self._new_run(case, "reset_not_clean", error=problem)
         toolbox = system_toolbox(system)
         if toolbox is not None:
-            toolbox.begin(role=_role_of(case.input))
+            toolbox.begin(role=_role_of(case.input), replay=replay)
 
         call = call_with_timeout(lambda: system(copy.deepcopy(case.input)), self.timeout_s)
         if isinstance(call.error, CaseTimedOut):
@@ -144,17 +164,56 @@ class SandboxRunner:
             return self._new_run(case, "not_json", error=f"the output is not JSON: {error}", trajectory=trajectory)
         environment_state = None
         if stateful:
-            snapshot = call_with_timeout(system.snapshot, self.timeout_s)
-            if snapshot.error is not None:
-                return self._new_run(case, "error", error=f"snapshot() failed: {snapshot.error_text}", output=output)
-            try:
-                state_after = as_json(snapshot.value)
-            except (TypeError, ValueError) as error:
-                return self._new_run(case, "not_json", error=f"the state after is not JSON: {error}", output=output)
-            environment_state = EnvironmentState(initial=state_digest(starting_state), state=state_after)
+            environment_state, status, problem = self._state_after(system, starting_state)
+            if problem is not None:
+                return self._new_run(case, status, error=problem, output=output)
         return self._new_run(
             case, "ok", output=output, trajectory=trajectory, environment_state=environment_state
         )
+
+    def _state_after(self, system: Any, starting_state: Any) -> tuple[EnvironmentState | None, str, str | None]:
+        """The environment_state/v1 record after a run, or the status and problem that kept it."""
+        snapshot = call_with_timeout(system.snapshot, self.timeout_s)
+        if snapshot.error is not None:
+            return None, "error", f"snapshot() failed: {snapshot.error_text}"
+        try:
+            state_after = as_json(snapshot.value)
+        except (TypeError, ValueError) as error:
+            return None, "not_json", f"the state after is not JSON: {error}"
+        return EnvironmentState(initial=state_digest(starting_state), state=state_after), "ok", None
+
+    def _replay_by_system(
+        self, case: CaseRecord, trajectory: Trajectory, checkpoint: Checkpoint, change: ToolChange | None
+    ) -> ReplayResult:
+        """A hand-written `replay`: it returns the continuation after the checkpoint, which is
+        joined to the recorded steps before it into the whole trajectory that is stored."""
+        system = self._system
+        stateful = isinstance(system, Stateful)
+        starting_state = starting_state_of(case)
+        if stateful:
+            problem = self._reset(system, starting_state)
+            if problem is not None:
+                return ReplayResult(status="reset_not_clean", error=problem)
+        arguments = (trajectory.model_copy(deep=True), checkpoint.model_copy(), change and change.model_copy(deep=True))
+        call = call_with_timeout(
+            lambda: system.replay(arguments[0], checkpoint=arguments[1], change=arguments[2]), self.timeout_s
+        )
+        if isinstance(call.error, CaseTimedOut):
+            self._system = self._system_factory()  # the hung thread still holds the old one
+            return ReplayResult(status="timeout", error=call.error_text)
+        if call.error is not None:
+            return ReplayResult(status="error", error=call.error_text)
+        try:
+            continuation = as_trajectory(call.value)
+        except (TypeError, ValueError) as error:
+            return ReplayResult(status="error", error=f"replay() did not return a trajectory: {error}")
+        whole = join_continuation(trajectory, checkpoint, continuation)
+        environment_state = None
+        if stateful:
+            environment_state, status, problem = self._state_after(system, starting_state)
+            if problem is not None:
+                return ReplayResult(status=status, error=problem, trajectory=whole)
+        return ReplayResult(status="ok", trajectory=whole, environment_state=environment_state)
 
     def _reset(self, system: Any, starting_state: Any) -> str | None:
         """Reset, then check the world really is the starting state; a problem as text."""
@@ -172,6 +231,54 @@ class SandboxRunner:
             tables = ", ".join(state_difference(starting_state, observed))
             return f"the state after reset differs from the starting state in: {tables}"
         return None
+
+
+NOT_REPLAYABLE = "the system neither uses the tool box nor has a replay(trajectory, *, checkpoint, change) method"
+
+
+def has_own_replay(system: Any) -> bool:
+    """A hand-written `replay` is honoured even on a tool-box system: the author chose it."""
+    return isinstance(system, Replayable) and callable(system.replay)
+
+
+def can_replay(system: Any) -> bool:
+    return has_own_replay(system) or system_toolbox(system) is not None
+
+
+def starting_state_of(case: CaseRecord) -> Any:
+    return copy.deepcopy(case.initial_state) if case.initial_state is not None else {}
+
+
+def as_trajectory(value: Any) -> Trajectory:
+    """A Trajectory or a dict of one, as plain JSON (so stored and live values compare alike)."""
+    if isinstance(value, Trajectory):
+        value = value.model_dump(mode="json")
+    if not isinstance(value, dict):
+        raise TypeError(f"got {type(value).__name__}, expected a Trajectory or a dict")
+    try:
+        return Trajectory.model_validate(as_json(value))
+    except ValidationError as error:
+        raise ValueError(str(error)) from None
+
+
+def join_continuation(recorded: Trajectory, checkpoint: Checkpoint, continuation: Trajectory) -> Trajectory:
+    """The recorded steps before the checkpoint, then the continuation. The continuation's own
+    checkpoints and constraints count from the checkpoint, so they are shifted to match."""
+    offset_steps, offset_calls = checkpoint.step, checkpoint.calls_before
+    return Trajectory(
+        steps=recorded.steps[:offset_steps] + continuation.steps,
+        checkpoints=[kept for kept in recorded.checkpoints if kept.step < offset_steps]
+        + [
+            moved.model_copy(update={"step": moved.step + offset_steps, "calls_before": moved.calls_before + offset_calls})
+            for moved in continuation.checkpoints
+        ],
+        terminal_status=continuation.terminal_status,
+        constraints=[kept for kept in recorded.constraints if kept.step is not None and kept.step < offset_steps]
+        + [
+            moved.model_copy(update={"step": None if moved.step is None else moved.step + offset_steps})
+            for moved in continuation.constraints
+        ],
+    )
 
 
 def _trajectory_of(system: Any) -> Trajectory | None:

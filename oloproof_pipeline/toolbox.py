@@ -1,14 +1,78 @@
 """The project's tool box: a system that dispatches its tools through it gets its steps,
-checkpoints and constraints recorded without any bookkeeping of its own."""
+checkpoints and constraints recorded without any bookkeeping of its own, and a working
+replay (the runner hands the tool box a `ReplayScript`) without writing one."""
 
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any, Callable
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from .trajectory import Checkpoint, RecordedConstraint, Step, TerminalStatus, Trajectory
 
 Tool = Callable[..., Any]
+
+
+class ToolChange(BaseModel):
+    """A replay's change: at tool call `call_index` (0-based, counting every tool call), the
+    call of `tool` with `arguments` gets `result` instead of running (the tool failed before
+    it acted). This is the `change` a hand-written `replay` method receives (None: no change)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    call_index: int = Field(ge=0)
+    tool: str
+    arguments: dict[str, Any] | None = None
+    result: Any = None
+
+
+class RecordedCall(BaseModel):
+    """A tool call of a recording with the result the agent got."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tool: str | None
+    arguments: dict[str, Any] | None = None
+    result: Any = None
+
+
+class ReplayScript(BaseModel):
+    """How the tool box replays a case: the calls before the checkpoint run live (so the
+    sandbox's side effects happen again) but hand the agent the recorded results; the changed
+    call does not run and hands over the change's result; every later call runs live.
+
+    A call before the checkpoint that is not the recorded one (another tool or other
+    arguments) means the agent diverged: from there on everything runs live and nothing is
+    injected, and the replay's checks name the divergence."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    served: list[RecordedCall] = Field(default_factory=list)
+    change: ToolChange | None = None
+
+    @classmethod
+    def from_recording(cls, trajectory: Trajectory, checkpoint: Checkpoint, change: ToolChange | None) -> "ReplayScript":
+        return cls(served=recorded_calls(trajectory)[: checkpoint.calls_before], change=change)
+
+
+def recorded_calls(trajectory: Trajectory) -> list[RecordedCall]:
+    """Each tool call with the result in the step right after it (None when there is none)."""
+    steps, calls = trajectory.steps, []
+    for position, step in enumerate(steps):
+        if step.kind != "tool_call":
+            continue
+        following = steps[position + 1] if position + 1 < len(steps) else None
+        result = following.result if following is not None and following.kind == "tool_result" else None
+        calls.append(RecordedCall(tool=step.tool, arguments=step.arguments, result=result))
+    return calls
+
+
+def plain_json(value: Any) -> Any:
+    """`value` as stored JSON reads back (tuples as lists), so a live call compares equal to
+    its stored recording; anything not JSON compares by its text."""
+    return json.loads(json.dumps(value, default=repr))
 
 
 class StepLimitReached(Exception):
@@ -28,6 +92,8 @@ class ToolBox:
         self.max_calls = max_calls
         self.role: str | None = None
         self._trajectory = Trajectory()
+        self._replay: ReplayScript | None = None
+        self._diverged = False
 
     def register(self, name: str, tool: Tool) -> None:
         self._tools[name] = tool
@@ -38,10 +104,12 @@ class ToolBox:
 
     # -- used by the runner ------------------------------------------------------------
 
-    def begin(self, *, role: str | None = None) -> None:
-        """Start recording a new case."""
+    def begin(self, *, role: str | None = None, replay: ReplayScript | None = None) -> None:
+        """Start recording a new case; with `replay`, a replay of a recorded one."""
         self._trajectory = Trajectory()
         self.role = role
+        self._replay = replay
+        self._diverged = False
 
     def trajectory(self) -> Trajectory:
         return self._trajectory.model_copy(deep=True)
@@ -59,7 +127,7 @@ class ToolBox:
         steps = self._trajectory.steps
         self._trajectory.checkpoints.append(Checkpoint(step=len(steps), calls_before=calls_so_far, label=f"before {name}"))
         steps.append(Step(kind="tool_call", tool=name, arguments=copy.deepcopy(arguments), role=self.role))
-        result = self._run(name, arguments)
+        result = self._result_for(calls_so_far, name, arguments)
         steps.append(Step(kind="tool_result", tool=name, result=copy.deepcopy(result)))
         return result
 
@@ -75,8 +143,29 @@ class ToolBox:
     def finish(self, status: TerminalStatus) -> None:
         self._trajectory.terminal_status = status
 
+    def _result_for(self, index: int, name: str, arguments: dict[str, Any]) -> Any:
+        """What the agent gets for its `index`-th call: live, or as the replay script says."""
+        script = self._replay
+        if script is None or self._diverged:
+            return self._run(name, arguments)
+        if index < len(script.served):
+            live = self._run(name, arguments)  # run anyway: the sandbox must change as it did
+            served = script.served[index]
+            if _same_call(served.tool, served.arguments, name, arguments):
+                return copy.deepcopy(served.result)
+            self._diverged = True
+            return live
+        change = script.change
+        if change is not None and index == change.call_index and _same_call(change.tool, change.arguments, name, arguments):
+            return copy.deepcopy(change.result)
+        return self._run(name, arguments)
+
     def _run(self, name: str, arguments: dict[str, Any]) -> Any:
         try:
             return self._tools[name](**arguments)
         except Exception as error:  # a failing tool is a result the agent must handle
             return {"error": str(error) or type(error).__name__}
+
+
+def _same_call(tool: str | None, arguments: dict[str, Any] | None, name: str, live_arguments: dict[str, Any]) -> bool:
+    return tool == name and plain_json(arguments or {}) == plain_json(live_arguments)
