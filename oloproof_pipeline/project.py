@@ -12,10 +12,10 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .digests import case_digest
 from .errors import ProjectError, describe_validation_error
@@ -57,7 +57,15 @@ class TransformConfig(StrictModel):
     replace: list[tuple[str, str]] | None = None
     validity_labels: str | None = None
     minimum_validity: float = Field(default=0.8, ge=0.0, le=1.0)
-    version: int = 1
+    # Part of the transform's digest: bump it to retire every label written for the old one.
+    version: int = Field(default=1, ge=1)
+
+    @field_validator("field")
+    @classmethod
+    def _field_is_dotted_path(cls, path: str) -> str:
+        if path and not all(path.split(".")):
+            raise ValueError(f"{path!r} is not a dotted path under 'input', e.g. 'message' or 'ticket.body'")
+        return path
 
     @model_validator(mode="after")
     def _template_or_replace(self) -> "TransformConfig":
@@ -67,6 +75,9 @@ class TransformConfig(StrictModel):
             raise ValueError(f"transform {self.name!r}: template has no '{{value}}' to substitute")
         if self.replace is not None and not self.replace:
             raise ValueError(f"transform {self.name!r}: 'replace' needs at least one [old, new] pair")
+        if self.replace is not None and any(old == "" for old, _ in self.replace):
+            # str.replace with "" inserts the new text between every two characters.
+            raise ValueError(f"transform {self.name!r}: 'replace' has an empty old text")
         return self
 
 
@@ -96,6 +107,13 @@ class ScheduleConfig(StrictModel):
     timezone: str = "UTC"
 
 
+def _check_slice_spec(text: str) -> str:
+    from .slices import parse_slice_spec  # slices reads case records defined here
+
+    parse_slice_spec(text)
+    return text
+
+
 class ProjectConfig(StrictModel):
     version: int = 1
     project: str
@@ -104,7 +122,7 @@ class ProjectConfig(StrictModel):
     metamorphic: MetamorphicConfig = Field(default_factory=MetamorphicConfig)
     # Validated against the evaluator registry by `load_project`, one model per `type`.
     evaluators: list[dict[str, Any]] = Field(default_factory=list)
-    slices: list[str] = Field(default_factory=list)
+    slices: list[Annotated[str, AfterValidator(_check_slice_spec)]] = Field(default_factory=list)
     min_slice_support: int = Field(default=10, ge=1)
     execution: ExecutionConfig = Field(default_factory=ExecutionConfig)
     schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
@@ -282,6 +300,9 @@ def load_project(root: Path | str) -> Project:
     evaluators = build_evaluators(config.evaluators, file=config_path, yaml_root=config_root)
     project = Project(root=root, config=config, release=release, evaluators=evaluators)
     _check_rules_name_criteria(project, release_path)
+    from .metamorphic import check_relations_name_transforms  # metamorphic builds on this module
+
+    check_relations_name_transforms(project)
     return project
 
 

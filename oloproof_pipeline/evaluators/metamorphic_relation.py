@@ -1,0 +1,137 @@
+"""`metamorphic_relation`: each copy made by one transform against its source's recording.
+
+A copy of a request (a paraphrase, a pasted "SYSTEM OVERRIDE") should leave the agent doing
+the same thing: the same output (or one field of it), the same ordered tool calls with the
+same arguments, or the same state after. Only copies are judged; sources and copies of other
+transforms are EXCLUDED, and a missing recording on either side makes the pair MISSING.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field, model_validator
+
+from ..project import CaseRecord
+from ..recording import RecordedRun
+from ..verdicts import Verdict
+from .base import Evaluator, EvaluatorConfig, JudgingContext
+from .paths import ABSENT, DottedPath, absent_as_none, read_path
+from .state_matches import StateComparison, values_equal
+
+Relation = Literal["same_output", "same_actions", "same_state"]
+
+
+class MetamorphicRelationConfig(EvaluatorConfig):
+    relation: Relation
+    transform: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    # same_output only: compare one field of the output instead of all of it.
+    field: DottedPath | None = None
+
+    @model_validator(mode="after")
+    def _field_only_for_outputs(self) -> "MetamorphicRelationConfig":
+        if self.field is not None and self.relation != "same_output":
+            raise ValueError(f"'field' applies to relation same_output only, not {self.relation}")
+        return self
+
+
+class MetamorphicRelation(Evaluator):
+    type: ClassVar[str] = "metamorphic_relation"
+    config_model: ClassVar[type[EvaluatorConfig]] = MetamorphicRelationConfig
+    judges_copies: ClassVar[bool] = True
+    config: MetamorphicRelationConfig
+
+    def default_criterion(self) -> str:
+        return f"{self.config.relation}_under_{self.config.transform}"
+
+    def judge_case(self, case: CaseRecord, context: JudgingContext) -> Verdict:
+        if not case.is_derived:
+            return self.verdict(case, "EXCLUDED", "not_a_metamorphic_pair")
+        if case.transform != self.config.transform:
+            return self.verdict(case, "EXCLUDED", "another_transform", {"transform": case.transform})
+        source = context.recording_of(case.source_id or "")
+        derived = context.recording_of(case.case_id)
+        for side, recording in (("source", source), ("copy", derived)):
+            if recording is None:
+                return self.verdict(case, "MISSING", f"{side}_not_recorded", {"source": case.source_id})
+            if recording.status != "ok":
+                return self.verdict(case, "MISSING", f"{side}_run_{recording.status}", {"error": recording.error})
+        assert source is not None and derived is not None
+        return self.judge_pair(case, source, derived)
+
+    def judge_pair(self, case: CaseRecord, source: RecordedRun, derived: RecordedRun) -> Verdict:
+        compare = {
+            "same_output": self._same_output,
+            "same_actions": self._same_actions,
+            "same_state": self._same_state,
+        }[self.config.relation]
+        return compare(case, source, derived)
+
+    # -- the relations -------------------------------------------------------------------
+
+    def _same_output(self, case: CaseRecord, source: RecordedRun, derived: RecordedRun) -> Verdict:
+        path = self.config.field or ""
+        source_value, copy_value = read_path(source.output, path), read_path(derived.output, path)
+        details = {"field": path or None, "source": absent_as_none(source_value), "copy": absent_as_none(copy_value)}
+        if source_value is ABSENT and copy_value is ABSENT:
+            return self.verdict(case, "MISSING", "output_field_absent", details)
+        if source_value is ABSENT or copy_value is ABSENT:
+            side = "source" if source_value is ABSENT else "copy"
+            return self.verdict(case, "FAIL", f"output_differs: {path} absent from the {side}", details)
+        if values_equal(source_value, copy_value):
+            return self.verdict(case, "PASS", "same_output", details)
+        return self.verdict(case, "FAIL", f"output_differs: {path or '(whole output)'}", details)
+
+    def _same_actions(self, case: CaseRecord, source: RecordedRun, derived: RecordedRun) -> Verdict:
+        if source.trajectory is None or derived.trajectory is None:
+            side = "source" if source.trajectory is None else "copy"
+            return self.verdict(case, "MISSING", f"{side}_has_no_trajectory")
+        source_calls = [_call(signature) for signature in source.trajectory.tool_call_signatures()]
+        copy_calls = [_call(signature) for signature in derived.trajectory.tool_call_signatures()]
+        index = first_differing_call(source_calls, copy_calls)
+        if index is None:
+            return self.verdict(case, "PASS", "same_actions", {"calls": len(source_calls)})
+        details = {
+            "first_difference": index,
+            "source_call": source_calls[index] if index < len(source_calls) else None,
+            "copy_call": copy_calls[index] if index < len(copy_calls) else None,
+            "source_calls": source_calls,
+            "copy_calls": copy_calls,
+        }
+        return self.verdict(case, "FAIL", f"actions_differ: call {index}: {_describe(details)}", details)
+
+    def _same_state(self, case: CaseRecord, source: RecordedRun, derived: RecordedRun) -> Verdict:
+        if source.environment_state is None or derived.environment_state is None:
+            side = "source" if source.environment_state is None else "copy"
+            return self.verdict(case, "MISSING", f"{side}_has_no_recorded_state")
+        rows = StateComparison(mode="exact").rows("", source.state_after, derived.state_after)
+        differing = [
+            {"path": row["path"] or "(whole state)", "source": row["expected"], "copy": row["actual"],
+             **({"absent_from": "copy"} if row.get("absent") else {}),
+             **({"absent_from": "source"} if row.get("expected_absent") else {})}
+            for row in rows
+            if not row["matched"]
+        ]
+        if not differing:
+            return self.verdict(case, "PASS", "same_state", {"compared_paths": len(rows)})
+        return self.verdict(case, "FAIL", f"state_differs: {differing[0]['path']}", {"differences": differing})
+
+
+def _call(signature: tuple[str | None, dict[str, Any] | None]) -> dict[str, Any]:
+    tool, arguments = signature
+    return {"tool": tool, "arguments": arguments}
+
+
+def first_differing_call(source_calls: list[dict[str, Any]], copy_calls: list[dict[str, Any]]) -> int | None:
+    """The index of the first call that differs in tool or arguments (or where one run stops)."""
+    for index, (source_call, copy_call) in enumerate(zip(source_calls, copy_calls)):
+        if source_call["tool"] != copy_call["tool"] or not values_equal(source_call["arguments"], copy_call["arguments"]):
+            return index
+    if len(source_calls) != len(copy_calls):
+        return min(len(source_calls), len(copy_calls))
+    return None
+
+
+def _describe(details: dict[str, Any]) -> str:
+    name = lambda call: "no call" if call is None else call["tool"]  # noqa: E731
+    return f"source {name(details['source_call'])}, copy {name(details['copy_call'])}"

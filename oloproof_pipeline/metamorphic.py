@@ -1,0 +1,454 @@
+"""Metamorphic copies of the cases: transforms, derived cases, people's validity labels.
+
+Each source case gains one copy per transform of `oloproof.yaml` `metamorphic.transforms`
+(id `<source>~<name>`, same starting state, expected and metadata, in the source's cluster).
+A copy only counts as evidence when people have read its pair and kept it: a label counts
+when its digest equals the pair's current digest, so editing a transform (or the source's
+input) retires every label written for the old text. A transform is checked when the 95%
+Clopper-Pearson lower bound of kept/pairs reaches its `minimum_validity`.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
+
+from .digests import case_digest, pair_digest, transform_digest
+from .errors import ProjectError, describe_validation_error, yaml_line
+from .project import PROJECT_FILE, CaseRecord, Project, TransformConfig, read_jsonl, read_yaml
+from .statistics import BlockingReason, clopper_pearson
+from .tables import CASE_NESTED, CASES_SCHEMA, DERIVED_CASES_SCHEMA, frame_from_rows, rows_from_frame
+
+LabelStatus = Literal["kept", "rejected", "unlabelled"]
+# Fixed by the contract, whatever the release policy's confidence level.
+VALIDITY_CONFIDENCE = 0.95
+RELATION_TYPE = "metamorphic_relation"
+
+
+# -- transforms ----------------------------------------------------------------------------
+
+
+def digest_of_transform(transform: TransformConfig) -> str:
+    """The transform's identity: `replace` as JSON arrays of [old, new], nulls kept."""
+    replace = None if transform.replace is None else [[old, new] for old, new in transform.replace]
+    return transform_digest(
+        name=transform.name,
+        version=transform.version,
+        field=transform.field,
+        template=transform.template,
+        replace=replace,
+    )
+
+
+def apply_transform(transform: TransformConfig, text: str) -> str:
+    """The changed text. A template is plain substitution of `{value}` (never `str.format`,
+    so `{value.__class__}` stays literal text); `replace` applies its pairs in order."""
+    if transform.template is not None:
+        return transform.template.replace("{value}", text)
+    for old, new in transform.replace or []:
+        text = text.replace(old, new)
+    return text
+
+
+class TransformProblem(ValueError):
+    """Why a transform cannot make a copy of one case (worded for the person fixing it)."""
+
+
+_ABSENT = object()
+
+
+def _read_field(value: Any, keys: list[str]) -> Any:
+    for key in keys:
+        if isinstance(value, dict):
+            value = value.get(key, _ABSENT)
+        elif isinstance(value, list) and key.isascii() and key.isdigit() and int(key) < len(value):
+            value = value[int(key)]
+        else:
+            return _ABSENT
+    return value
+
+
+def _write_field(value: Any, keys: list[str], text: str) -> Any:
+    """A copy of `value` with `text` at `keys` (which `_read_field` found to be a string)."""
+    if not keys:
+        return text
+    changed = copy.deepcopy(value)
+    parent = _read_field(changed, keys[:-1])
+    last = keys[-1]
+    parent[int(last) if isinstance(parent, list) else last] = text
+    return changed
+
+
+def _field_name(transform: TransformConfig) -> str:
+    return f"input.{transform.field}" if transform.field else "input"
+
+
+def transformed_input(transform: TransformConfig, source_input: Any) -> Any:
+    """The source's input with the transform applied to its field."""
+    keys = transform.field.split(".") if transform.field else []
+    text = _read_field(source_input, keys)
+    if text is _ABSENT:
+        raise TransformProblem(f"{_field_name(transform)} is not a string (it is absent)")
+    if not isinstance(text, str):
+        raise TransformProblem(f"{_field_name(transform)} is not a string (it is {_json_type(text)})")
+    changed = apply_transform(transform, text)
+    if changed == text:
+        raise TransformProblem(f"{_field_name(transform)} is unchanged by the transform")
+    return _write_field(source_input, keys, changed)
+
+
+def _json_type(value: Any) -> str:
+    names = {dict: "an object", list: "an array", bool: "a boolean", int: "a number", float: "a number"}
+    return "null" if value is None else names.get(type(value), type(value).__name__)
+
+
+# -- derived cases -------------------------------------------------------------------------
+
+
+class DerivedCaseRecord(CaseRecord):
+    """A row of the `derived_cases` table: a copy, its digests and its label status."""
+
+    transform_digest: str
+    pair_digest: str
+    label_status: LabelStatus = "unlabelled"
+    # Labels naming this copy whose digest is not the pair's current one: they no longer count.
+    stale_labels: int = 0
+    minimum_validity: float
+
+    def as_case(self) -> CaseRecord:
+        return CaseRecord.model_validate(self.model_dump(include=set(CaseRecord.model_fields)))
+
+
+def copy_id(source_id: str, transform_name: str) -> str:
+    return f"{source_id}~{transform_name}"
+
+
+def derive_copy(
+    transform: TransformConfig, source: CaseRecord, *, declares_states: bool, known_digest: str | None = None
+) -> DerivedCaseRecord:
+    """One copy of `source` under `transform` (unlabelled). Raises TransformProblem."""
+    the_transform_digest = known_digest or digest_of_transform(transform)
+    derived_input = transformed_input(transform, source.input)
+    return DerivedCaseRecord(
+        case_id=copy_id(source.case_id, transform.name),
+        # A copy sits in its source's cluster, and the cluster enters its digest.
+        case_digest=case_digest(
+            input=derived_input,
+            expected=source.expected,
+            metadata=source.metadata,
+            group_id=source.case_id,
+            initial_state=source.initial_state,
+            include_initial_state=declares_states,
+        ),
+        source_id=source.case_id,
+        transform=transform.name,
+        group_id=source.case_id,
+        input=derived_input,
+        initial_state=copy.deepcopy(source.initial_state),
+        snapshot=source.snapshot,
+        expected=copy.deepcopy(source.expected),
+        metadata=copy.deepcopy(source.metadata),
+        events=copy.deepcopy(source.events),
+        file=source.file,
+        line=source.line,
+        transform_digest=the_transform_digest,
+        pair_digest=pair_digest(transform=the_transform_digest, source_input=source.input, derived_input=derived_input),
+        minimum_validity=transform.minimum_validity,
+    )
+
+
+@dataclass
+class _TransformPlace:
+    """Where a transform is written, for error lines: `<file>:<line>: metamorphic.transforms[i] (name)`."""
+
+    config_path: Path
+    line: int | None
+    index: int
+    name: str
+
+    def __str__(self) -> str:
+        where = f"{self.config_path}:{self.line}" if self.line is not None else str(self.config_path)
+        return f"{where}: metamorphic.transforms[{self.index}] ({self.name})"
+
+
+def _transform_places(project: Project) -> list[_TransformPlace]:
+    config_path = project.root / PROJECT_FILE
+    _, root_node = read_yaml(config_path) if config_path.is_file() else (None, None)
+    return [
+        _TransformPlace(config_path, yaml_line(root_node, ("metamorphic", "transforms", index)), index, transform.name)
+        for index, transform in enumerate(project.config.metamorphic.transforms)
+    ]
+
+
+def _case_place(case: CaseRecord) -> str:
+    return f"case {case.case_id} ({case.file}:{case.line})" if case.file else f"case {case.case_id}"
+
+
+# -- validity labels -----------------------------------------------------------------------
+
+
+class ValidityLabel(BaseModel):
+    """One label line: a person read the pair and says whether the copy kept its meaning.
+    Other keys (a note, who labelled) are allowed and ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    case: str
+    digest: str = Field(pattern=r"^sha256:[0-9a-f]{64}$")
+    kept: StrictBool
+
+
+@dataclass
+class LabelFile:
+    """A transform's labels by copy id, and the lines that named no copy of the transform."""
+
+    path: Path | None
+    by_case: dict[str, list[ValidityLabel]] = field(default_factory=dict)
+    lines: int = 0
+    unmatched: int = 0
+
+
+def labels_path(project: Project, transform: TransformConfig) -> Path | None:
+    return None if transform.validity_labels is None else project.root / transform.validity_labels
+
+
+def load_labels(project: Project, transform: TransformConfig, place: object = None) -> LabelFile:
+    """The transform's label file, every line validated (a bad line fails the whole file).
+    `place` names the transform in errors (default: the file and the transform's name)."""
+    path = labels_path(project, transform)
+    if path is None:
+        return LabelFile(path=None)
+    if not path.is_file():
+        where = place or f"{project.root / PROJECT_FILE}: metamorphic transform {transform.name}"
+        raise ProjectError(f"{where}: validity_labels: no file {path}")
+    labels, problems = LabelFile(path=path), []
+    for line_number, data in read_jsonl(path):
+        try:
+            label = ValidityLabel.model_validate(data)
+        except ValidationError as error:
+            problems.extend(describe_validation_error(error, path, line=line_number))
+            continue
+        labels.lines += 1
+        labels.by_case.setdefault(label.case, []).append(label)
+    if problems:
+        raise ProjectError(problems)
+    return labels
+
+
+def label_copy(derived: DerivedCaseRecord, labels: LabelFile) -> DerivedCaseRecord:
+    """The copy with its label status: only labels carrying the pair's current digest count,
+    and several current labels keep the pair only if all of them say kept."""
+    naming_this_copy = labels.by_case.get(derived.case_id, [])
+    current = [label.kept for label in naming_this_copy if label.digest == derived.pair_digest]
+    status: LabelStatus = "unlabelled" if not current else ("kept" if all(current) else "rejected")
+    return derived.model_copy(update={"label_status": status, "stale_labels": len(naming_this_copy) - len(current)})
+
+
+# -- the derived case set ------------------------------------------------------------------
+
+
+class LabelSummary(BaseModel):
+    """What a transform's label file held, for the asset's metadata."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    transform: str
+    labels_file: str | None
+    label_lines: int
+    counted: int
+    stale: int
+    # Lines naming a case that is no copy of this transform (another transform's, or gone).
+    unmatched: int
+
+
+@dataclass
+class DerivedCases:
+    copies: list[DerivedCaseRecord]
+    label_summaries: list[LabelSummary]
+
+
+def _declares_states(sources: list[CaseRecord]) -> bool:
+    """As when the sources were loaded: the case set declares starting states if any case does."""
+    return any(case.initial_state is not None for case in sources)
+
+
+def derive_cases(project: Project, sources: list[CaseRecord]) -> DerivedCases:
+    """Every copy of every source under every transform, labelled. Any case a transform cannot
+    change (a field that is not a string, text left unchanged) is a configuration error."""
+    sources = [case for case in sources if not case.is_derived]
+    declares_states = _declares_states(sources)
+    copies: list[DerivedCaseRecord] = []
+    summaries: list[LabelSummary] = []
+    problems: list[str] = []
+    for transform, place in zip(project.config.metamorphic.transforms, _transform_places(project)):
+        the_digest = digest_of_transform(transform)
+        made: list[DerivedCaseRecord] = []
+        for source in sources:
+            try:
+                made.append(derive_copy(transform, source, declares_states=declares_states, known_digest=the_digest))
+            except TransformProblem as problem:
+                problems.append(f"{place}: {_case_place(source)}: {problem}")
+        if problems:
+            continue
+        labels = load_labels(project, transform, place)
+        labelled = [label_copy(derived, labels) for derived in made]
+        copies.extend(labelled)
+        summaries.append(_summarise_labels(transform, labels, labelled))
+    if problems:
+        raise ProjectError(problems)
+    return DerivedCases(copies=copies, label_summaries=summaries)
+
+
+def _summarise_labels(transform: TransformConfig, labels: LabelFile, copies: list[DerivedCaseRecord]) -> LabelSummary:
+    copy_ids = {derived.case_id for derived in copies}
+    stale = sum(derived.stale_labels for derived in copies)
+    matched = sum(len(found) for case_id, found in labels.by_case.items() if case_id in copy_ids)
+    return LabelSummary(
+        transform=transform.name,
+        labels_file=transform.validity_labels,
+        label_lines=labels.lines,
+        counted=matched - stale,
+        stale=stale,
+        unmatched=labels.lines - matched,
+    )
+
+
+# -- tables --------------------------------------------------------------------------------
+
+
+def derived_case_table(copies: list[DerivedCaseRecord]) -> pd.DataFrame:
+    return frame_from_rows([derived.model_dump(mode="json") for derived in copies], DERIVED_CASES_SCHEMA, CASE_NESTED)
+
+
+def derived_cases_from_table(frame: pd.DataFrame | None) -> list[DerivedCaseRecord]:
+    if frame is None or frame.empty:
+        return []
+    return [DerivedCaseRecord.model_validate(row) for row in rows_from_frame(frame, CASE_NESTED)]
+
+
+def cases_with_copies(cases: pd.DataFrame, derived_cases: pd.DataFrame | None) -> list[CaseRecord]:
+    """Sources then copies, as plain case records: what is recorded and judged."""
+    frames = [cases[CASES_SCHEMA.names]]
+    if derived_cases is not None and not derived_cases.empty:
+        frames.append(derived_cases[CASES_SCHEMA.names])
+    combined = pd.concat(frames, ignore_index=True)
+    return [CaseRecord.model_validate(row) for row in rows_from_frame(combined, CASE_NESTED)]
+
+
+# -- validity ------------------------------------------------------------------------------
+
+
+class TransformValidity(BaseModel):
+    """Whether people's labels show a transform keeps meaning often enough to be trusted."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    transform: str
+    transform_digest: str
+    pairs: int
+    kept: int
+    rejected: int
+    unlabelled: int
+    stale_labels: int
+    lower_bound: float
+    minimum_validity: float
+    checked: bool
+
+    def summary(self) -> str:
+        relation = ">=" if self.checked else "<"
+        return (
+            f"{self.transform}: {self.kept} of {self.pairs} pairs kept ({self.rejected} rejected, "
+            f"{self.unlabelled} unlabelled); 95% lower bound {self.lower_bound:.3f} {relation} "
+            f"minimum_validity {self.minimum_validity:g}"
+        )
+
+
+def transform_validity(derived_cases: pd.DataFrame | None) -> dict[str, TransformValidity]:
+    """Per transform, from the `derived_cases` table alone. Unlabelled pairs count as not kept."""
+    by_transform: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    if derived_cases is not None and not derived_cases.empty:
+        for row in rows_from_frame(derived_cases, ()):
+            by_transform[row["transform"]].append(row)
+    return {name: _validity_of(name, rows) for name, rows in by_transform.items()}
+
+
+def _validity_of(name: str, rows: list[dict[str, Any]]) -> TransformValidity:
+    statuses = [row["label_status"] for row in rows]
+    kept, pairs = statuses.count("kept"), len(rows)
+    lower, _ = clopper_pearson(kept, pairs, VALIDITY_CONFIDENCE)
+    minimum = float(rows[0]["minimum_validity"])
+    return TransformValidity(
+        transform=name,
+        transform_digest=rows[0]["transform_digest"],
+        pairs=pairs,
+        kept=kept,
+        rejected=statuses.count("rejected"),
+        unlabelled=statuses.count("unlabelled"),
+        stale_labels=sum(int(row["stale_labels"] or 0) for row in rows),
+        lower_bound=lower,
+        minimum_validity=minimum,
+        checked=lower >= minimum,
+    )
+
+
+def validity_markdown(validities: dict[str, TransformValidity]) -> str:
+    lines = [
+        "| transform | pairs | kept | rejected | unlabelled | stale labels | 95% CP lower bound | minimum_validity | checked |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for validity in validities.values():
+        lines.append(
+            f"| {validity.transform} | {validity.pairs} | {validity.kept} | {validity.rejected} | {validity.unlabelled} "
+            f"| {validity.stale_labels} | {validity.lower_bound:.3f} | {validity.minimum_validity:g} "
+            f"| {'yes' if validity.checked else '**no**'} |"
+        )
+    if not validities:
+        lines.append("| - | 0 | 0 | 0 | 0 | 0 | - | - | - |")
+    return "\n".join(lines) + "\n"
+
+
+# -- what the gate needs -------------------------------------------------------------------
+
+
+def relation_transform(project: Project, metric: str) -> str | None:
+    """The transform a metric's metamorphic relation is judged under (None for other metrics)."""
+    for evaluator in project.evaluators:
+        if evaluator.type == RELATION_TYPE and evaluator.criterion == metric:
+            return evaluator.config.transform
+    return None
+
+
+def transform_blocking_reasons(project: Project, metric: str, derived_cases: pd.DataFrame | None) -> list[BlockingReason]:
+    """`transform_not_checked` for a metric over a transform people have not shown to be valid."""
+    transform = relation_transform(project, metric)
+    if transform is None:
+        return []
+    validity = transform_validity(derived_cases).get(transform)
+    if validity is None:
+        return [("INSUFFICIENT_EVIDENCE", f"transform_not_checked: {transform}: no derived pairs")]
+    if validity.checked:
+        return []
+    return [("INSUFFICIENT_EVIDENCE", f"transform_not_checked: {validity.summary()}")]
+
+
+def check_relations_name_transforms(project: Project) -> None:
+    """Every metamorphic relation must name a transform of `metamorphic.transforms`."""
+    names = [transform.name for transform in project.config.metamorphic.transforms]
+    config_path = project.root / PROJECT_FILE
+    problems = []
+    for index, evaluator in enumerate(project.evaluators):
+        if evaluator.type == RELATION_TYPE and evaluator.config.transform not in names:
+            _, root_node = read_yaml(config_path)
+            line = yaml_line(root_node, ("evaluators", index, "transform"))
+            problems.append(
+                f"{config_path}:{line}: evaluators[{index}].transform: {evaluator.config.transform!r} is not a "
+                f"transform of metamorphic.transforms (transforms: {', '.join(names) or 'none'})"
+            )
+    if problems:
+        raise ProjectError(problems)

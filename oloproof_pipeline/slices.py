@@ -1,0 +1,251 @@
+"""Slices: each criterion's rate per bucket of cases, for exploring where an agent does worse.
+
+`oloproof.yaml` `slices` names them: `tool_calls:1,2` and `trajectory_length:2,4` bucket the
+cases by the tool calls or steps of their recording (`le_1`, `le_2`, `gt_2`), `metadata.<key>`
+by a metadata value as it is. Per bucket and criterion: passed, failed, missing, support, and a
+Clopper-Pearson interval once support reaches `min_slice_support`. A bucket is tested against
+the rest of its criterion's cases (Fisher's exact test on PASS/FAIL), and Benjamini-Yekutieli
+at FDR 0.1 across every test of the table marks the buckets that differ. Exploratory: nothing
+here is gated, and no curve is fitted across buckets.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from typing import Any, Iterable, Literal
+
+import pandas as pd
+from pydantic import BaseModel, ConfigDict
+from scipy import stats
+
+from .digests import canonical_json
+from .project import CaseRecord, Project
+from .recording import RecordedRun
+from .statistics import benjamini_yekutieli, exact_rate
+from .tables import SLICES_SCHEMA, frame_from_rows
+
+SLICE_FDR = 0.1
+NUMERIC_KINDS = ("tool_calls", "trajectory_length")
+NO_VALUE = "(none)"  # the bucket of cases whose metadata lacks the key
+UNRECORDED = "unrecorded"  # the bucket of cases with no trajectory to count
+_NUMERIC_SPEC = re.compile(r"^(tool_calls|trajectory_length):(\d+(?:,\d+)*)$")
+_METADATA_SPEC = re.compile(r"^metadata\.([^.\s]+(?:\.[^.\s]+)*)$")
+
+
+# -- slice specs ---------------------------------------------------------------------------
+
+
+class SliceSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    text: str
+    kind: Literal["tool_calls", "trajectory_length", "metadata"]
+    bounds: tuple[int, ...] = ()
+    key: str | None = None
+
+    def bucket_labels(self) -> list[str]:
+        """The numeric buckets in order (metadata buckets are whatever values occur)."""
+        return [f"le_{bound}" for bound in self.bounds] + ([f"gt_{self.bounds[-1]}"] if self.bounds else [])
+
+
+def parse_slice_spec(text: str) -> SliceSpec:
+    """`tool_calls:1,2`, `trajectory_length:2,4` (increasing bounds) or `metadata.<key>`."""
+    numeric = _NUMERIC_SPEC.match(text)
+    if numeric:
+        bounds = tuple(int(bound) for bound in numeric.group(2).split(","))
+        if any(later <= earlier for earlier, later in zip(bounds, bounds[1:])):
+            raise ValueError(f"slice {text!r}: bounds must increase, e.g. 'tool_calls:1,2'")
+        return SliceSpec(text=text, kind=numeric.group(1), bounds=bounds)
+    metadata = _METADATA_SPEC.match(text)
+    if metadata:
+        return SliceSpec(text=text, kind="metadata", key=metadata.group(1))
+    raise ValueError(
+        f"slice {text!r} is not one of 'tool_calls:<bounds>', 'trajectory_length:<bounds>' or "
+        "'metadata.<key>' (bounds are increasing integers, e.g. 'tool_calls:1,2')"
+    )
+
+
+def numeric_bucket(value: int, bounds: Iterable[int]) -> str:
+    """`le_<bound>` for the first bound the value does not exceed, else `gt_<last bound>`."""
+    bounds = list(bounds)
+    for bound in bounds:
+        if value <= bound:
+            return f"le_{bound}"
+    return f"gt_{bounds[-1]}"
+
+
+def metadata_value(metadata: dict[str, Any] | None, key: str) -> str:
+    value: Any = metadata or {}
+    for part in key.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return NO_VALUE
+        value = value[part]
+    return value if isinstance(value, str) else canonical_json(value)
+
+
+def case_bucket(spec: SliceSpec, case: CaseRecord | None, run: RecordedRun | None) -> str:
+    if spec.kind == "metadata":
+        return metadata_value(case.metadata if case else None, spec.key or "")
+    if run is None or run.trajectory is None:
+        return UNRECORDED
+    trajectory = run.trajectory
+    count = len(trajectory.tool_calls()) if spec.kind == "tool_calls" else len(trajectory.steps)
+    return numeric_bucket(count, spec.bounds)
+
+
+# -- rates per bucket ----------------------------------------------------------------------
+
+
+class SliceRow(BaseModel):
+    """One bucket of one slice on one criterion: a row of the `slices` table."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    slice: str
+    bucket: str
+    criterion: str
+    passed: int
+    failed: int
+    missing: int
+    support: int
+    estimate: float | None
+    lower: float | None = None
+    upper: float | None = None
+    method: str | None = None
+    whole_estimate: float | None
+    # Fisher's exact test of this bucket against the rest; None when not tested.
+    p_value: float | None = None
+    # Benjamini-Yekutieli's mark across the whole table; None when not tested.
+    differs: bool | None = None
+    min_slice_support: int
+
+    @property
+    def tested(self) -> bool:
+        return self.p_value is not None
+
+
+def _rate(passed: int, failed: int) -> float | None:
+    return passed / (passed + failed) if passed + failed else None
+
+
+def _bucket_order(spec: SliceSpec, found: Iterable[str]) -> list[str]:
+    """Numeric buckets in bound order (empty ones too); metadata values sorted; odd ones last."""
+    found = set(found)
+    if spec.kind == "metadata":
+        return sorted(value for value in found if value != NO_VALUE) + ([NO_VALUE] if NO_VALUE in found else [])
+    return spec.bucket_labels() + ([UNRECORDED] if UNRECORDED in found else [])
+
+
+def _fisher_p_value(bucket: Counter, rest: Counter) -> float:
+    table = [[bucket["PASS"], bucket["FAIL"]], [rest["PASS"], rest["FAIL"]]]
+    return float(stats.fisher_exact(table, alternative="two-sided").pvalue)
+
+
+def slice_rows(
+    specs: list[SliceSpec],
+    verdicts: pd.DataFrame,
+    cases: dict[str, CaseRecord],
+    runs: dict[str, RecordedRun],
+    *,
+    min_support: int,
+    confidence: float = 0.95,
+    fdr: float = SLICE_FDR,
+) -> list[SliceRow]:
+    """Every slice's buckets on every criterion, from the cases each criterion judged
+    (EXCLUDED verdicts count nowhere), then the BY marks across all tested buckets."""
+    judged = verdicts[verdicts["outcome"] != "EXCLUDED"]
+    criteria = list(dict.fromkeys(verdicts["criterion"]))
+    rows: list[SliceRow] = []
+    for spec in specs:
+        for criterion in criteria:
+            of_criterion = judged[judged["criterion"] == criterion]
+            outcomes_by_bucket: dict[str, Counter] = defaultdict(Counter)
+            for case_id, outcome in zip(of_criterion["case_id"], of_criterion["outcome"]):
+                outcomes_by_bucket[case_bucket(spec, cases.get(case_id), runs.get(case_id))][outcome] += 1
+            whole = sum(outcomes_by_bucket.values(), Counter())
+            for bucket in _bucket_order(spec, outcomes_by_bucket):
+                rows.append(_bucket_row(spec, criterion, bucket, outcomes_by_bucket[bucket], whole, min_support, confidence))
+    return _mark_differences(rows, fdr)
+
+
+def _bucket_row(
+    spec: SliceSpec, criterion: str, bucket: str, counts: Counter, whole: Counter, min_support: int, confidence: float
+) -> SliceRow:
+    passed, failed, missing = counts["PASS"], counts["FAIL"], counts["MISSING"]
+    support = passed + failed + missing
+    row = SliceRow(
+        slice=spec.text, bucket=bucket, criterion=criterion, passed=passed, failed=failed, missing=missing,
+        support=support, estimate=_rate(passed, failed), whole_estimate=_rate(whole["PASS"], whole["FAIL"]),
+        min_slice_support=min_support,
+    )
+    if support < min_support:
+        return row  # too few cases for an interval or a test
+    interval = exact_rate(passed, failed, missing, confidence)
+    row.lower, row.upper, row.method = interval.lower, interval.upper, interval.method
+    rest = whole - counts
+    if passed + failed and rest["PASS"] + rest["FAIL"]:
+        row.p_value = _fisher_p_value(counts, rest)
+    return row
+
+
+def _mark_differences(rows: list[SliceRow], fdr: float) -> list[SliceRow]:
+    tested = [row for row in rows if row.tested]
+    for row, differs in zip(tested, benjamini_yekutieli([row.p_value for row in tested], fdr=fdr)):
+        row.differs = differs
+    return rows
+
+
+def project_slices(
+    project: Project, verdicts: pd.DataFrame, cases: list[CaseRecord], runs: list[RecordedRun]
+) -> list[SliceRow]:
+    """The project's slices over one version's verdicts and recordings."""
+    return slice_rows(
+        [parse_slice_spec(text) for text in project.config.slices],
+        verdicts,
+        {case.case_id: case for case in cases},
+        {run.case_id: run for run in runs},
+        min_support=project.config.min_slice_support,
+        confidence=project.release.confidence_level,
+    )
+
+
+# -- tables and Markdown -------------------------------------------------------------------
+
+
+def slice_table(rows: list[SliceRow], *, version: str, sliced_by_run: str | None) -> pd.DataFrame:
+    extra = {"system_version": version, "sliced_by_run": sliced_by_run}
+    return frame_from_rows([{**row.model_dump(mode="json"), **extra} for row in rows], SLICES_SCHEMA)
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _mark(row: SliceRow) -> str:
+    if row.differs is None:
+        return "not tested"
+    if not row.differs:
+        return "-"
+    direction = "higher" if (row.estimate or 0.0) > (row.whole_estimate or 0.0) else "lower"
+    return f"**differs** ({direction})"
+
+
+def slices_markdown(rows: list[SliceRow], fdr: float = SLICE_FDR) -> str:
+    tests = sum(row.tested for row in rows)
+    lines = [
+        f"Exploratory, never gated. Buckets with support below min_slice_support get no interval and no test; "
+        f"Benjamini-Yekutieli at FDR {fdr:g} across all {tests} tests marks buckets that differ from the rest.",
+        "",
+        "| slice | bucket | criterion | rate | interval | support (P/F/M) | whole | mark |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for row in rows:
+        interval = "-" if row.lower is None else f"[{_number(row.lower)}, {_number(row.upper)}]"
+        lines.append(
+            f"| {row.slice} | {row.bucket} | {row.criterion} | {_number(row.estimate)} | {interval} "
+            f"| {row.support} ({row.passed}/{row.failed}/{row.missing}) | {_number(row.whole_estimate)} | {_mark(row)} |"
+        )
+    if not rows:
+        lines.append("| - | - | - | - | - | - | - | no slices configured |")
+    return "\n".join(lines) + "\n"
