@@ -14,8 +14,10 @@ import pandas as pd
 from .errors import SystemVersionMismatch
 from .evaluators import JudgingContext, judge_all
 from .gate import GateDecision, decide_gate, decide_rule
+from .metamorphic import transform_blocking_reasons
 from .project import CaseRecord, Project, load_cases
 from .recording import RecordedRun
+from .replay import ReplaySummary, fault_replays_table, plan_replays, run_replays
 from .runner import SandboxRunner
 from .storage import Journal, read_table
 from .system import current_system_version, system_spec
@@ -65,12 +67,12 @@ class RecordingSummary:
         return {f"cases_{name}": value for name, value in asdict(self).items()}
 
 
-def check_partition_is_current_version(project: Project, partition_version: str) -> None:
+def check_partition_is_current_version(project: Project, partition_version: str, action: str = "record") -> None:
     """Refuse to record under a version the loaded system is not: that would mislabel runs."""
     loaded = current_system_version(project)
     if partition_version != loaded:
         raise SystemVersionMismatch(
-            f"refusing to record partition {partition_version!r}: the loaded system "
+            f"refusing to {action} partition {partition_version!r}: the loaded system "
             f"{project.config.system.callable} is version {loaded!r}. Record {loaded!r} instead, "
             f"or re-grade {partition_version!r} from its stored recordings."
         )
@@ -141,6 +143,21 @@ def record_cases(
     return runs, summary
 
 
+# -- fault replays -------------------------------------------------------------------------
+
+
+def replay_faults(
+    project: Project, cases: list[CaseRecord], runs: list[RecordedRun], *, version: str, run_id: str
+) -> tuple[pd.DataFrame, ReplaySummary]:
+    """Each clean source recording under each fault plan (see `replay.py`). Stored replays of
+    the same version, recording and plan are reused; the system is needed, and must be this
+    partition's version, only when something is left to replay."""
+    work = plan_replays(project, cases, runs, version)
+    if work.pending:
+        check_partition_is_current_version(project, version, action=f"replay {len(work.pending)} case(s) of")
+    return fault_replays_table(run_replays(project, work, version=version, run_id=run_id)), work.summary
+
+
 # -- judging -------------------------------------------------------------------------------
 
 
@@ -191,13 +208,18 @@ def outcome_counts(verdicts: pd.DataFrame) -> dict[str, dict[str, int]]:
 # -- the gate ------------------------------------------------------------------------------
 
 
-def rule_blocking_reasons(project: Project, metric: str) -> list[BlockingReason]:
-    """Reasons from outside the rate that keep a rule from being decided by its interval.
-    (Metamorphic relations over an unchecked transform add `transform_not_checked`.)"""
-    return []
+def rule_blocking_reasons(
+    project: Project, metric: str, derived_cases: pd.DataFrame | None = None
+) -> list[BlockingReason]:
+    """Reasons from outside the rate that keep a rule from being decided by its interval:
+    a metamorphic relation over a transform whose labels do not yet check it adds
+    `transform_not_checked` (validity is read from the `derived_cases` table)."""
+    return transform_blocking_reasons(project, metric, derived_cases)
 
 
-def decide_release_gate(project: Project, verdicts: pd.DataFrame) -> GateDecision:
+def decide_release_gate(
+    project: Project, verdicts: pd.DataFrame, derived_cases: pd.DataFrame | None = None
+) -> GateDecision:
     """Each rule over its metric's verdicts, then ALLOW or BLOCK."""
     policy = project.release
     decisions = []
@@ -209,7 +231,7 @@ def decide_release_gate(project: Project, verdicts: pd.DataFrame) -> GateDecisio
             allow_approximate=policy.allow_approximate_methods,
             min_clusters=policy.min_clusters,
         )
-        blocking = evidence.blocking_reasons + rule_blocking_reasons(project, rule.metric)
+        blocking = evidence.blocking_reasons + rule_blocking_reasons(project, rule.metric, derived_cases)
         decisions.append(decide_rule(rule, evidence.estimate, blocking, policy.confidence_level))
     return decide_gate(decisions)
 
@@ -244,7 +266,9 @@ def code_versions(project: Project) -> dict[str, str]:
         "cases": short("cases", {"dataset": config.dataset}),
         "derived_cases": short("derived_cases", config.metamorphic.model_dump(mode="json")),
         "recorded_runs": short("recorded_runs", {"system": config.system.model_dump(mode="json")}),
-        "fault_replays": short("fault_replays", {"evaluators": evaluators}),
+        "fault_replays": short(
+            "fault_replays", {"evaluators": [each for each in evaluators if each.get("type") == "fault_recovery"]}
+        ),
         "verdicts": short("verdicts", {"evaluators": evaluators}),
         "slices": short("slices", {"slices": config.slices, "min_support": config.min_slice_support}),
         "gate": short("gate", project.release.model_dump(mode="json")),

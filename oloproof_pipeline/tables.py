@@ -23,6 +23,23 @@ CASES_SCHEMA = pa.schema(
         ("events", TEXT), ("file", TEXT), ("line", INT),
     ]
 )
+# The metamorphic copies: the `cases` columns, then each pair's digests and label status.
+DERIVED_CASES_SCHEMA = pa.schema(
+    list(CASES_SCHEMA)
+    + [
+        pa.field("transform_digest", TEXT), pa.field("pair_digest", TEXT), pa.field("label_status", TEXT),
+        pa.field("stale_labels", INT), pa.field("minimum_validity", FLOAT),
+    ]
+)
+# Exploratory rates per slice bucket and criterion; never gated.
+SLICES_SCHEMA = pa.schema(
+    [
+        ("slice", TEXT), ("bucket", TEXT), ("criterion", TEXT), ("passed", INT), ("failed", INT), ("missing", INT),
+        ("support", INT), ("estimate", FLOAT), ("lower", FLOAT), ("upper", FLOAT), ("method", TEXT),
+        ("whole_estimate", FLOAT), ("p_value", FLOAT), ("differs", BOOL), ("min_slice_support", INT),
+        ("system_version", TEXT), ("sliced_by_run", TEXT),
+    ]
+)
 RECORDED_RUNS_SCHEMA = pa.schema(
     [
         ("case_id", TEXT), ("case_digest", TEXT), ("system_version", TEXT), ("status", TEXT), ("error", TEXT),
@@ -35,6 +52,17 @@ VERDICTS_SCHEMA = pa.schema(
         ("case_id", TEXT), ("case_digest", TEXT), ("group_id", TEXT), ("criterion", TEXT), ("outcome", TEXT),
         ("reason", TEXT), ("details", TEXT), ("system_version", TEXT), ("recorded_by_run", TEXT),
         ("replayed_by_run", TEXT), ("judged_by_run", TEXT),
+    ]
+)
+# One row per source case and fault plan: both replays whole, and the outcome judged from them.
+FAULT_REPLAYS_SCHEMA = pa.schema(
+    [
+        ("case_id", TEXT), ("case_digest", TEXT), ("system_version", TEXT), ("criterion", TEXT), ("tool", TEXT),
+        ("fault", TEXT), ("occurrence", INT), ("plan_digest", TEXT), ("outcome", TEXT), ("reason", TEXT),
+        ("details", TEXT), ("faulted_call_index", INT), ("checkpoint", TEXT), ("control_status", TEXT),
+        ("control_error", TEXT), ("control_trajectory", TEXT), ("faulted_status", TEXT), ("faulted_error", TEXT),
+        ("faulted_trajectory", TEXT), ("faulted_output", TEXT), ("faulted_environment_state", TEXT),
+        ("duration_s", FLOAT), ("recorded_by_run", TEXT), ("replayed_by_run", TEXT),
     ]
 )
 GATE_SCHEMA = pa.schema(
@@ -88,3 +116,6 @@ CASE_NESTED = ("input", "initial_state", "expected", "metadata", "events")
 RUN_NESTED = ("output", "trajectory", "environment_state")
 VERDICT_NESTED = ("details",)
 GATE_NESTED = ("reasons", "gate_reasons")
+FAULT_REPLAY_NESTED = (
+    "details", "checkpoint", "control_trajectory", "faulted_trajectory", "faulted_output", "faulted_environment_state",
+)

@@ -31,11 +31,11 @@ def test_init_run_gate_from_anywhere(tmp_path):
     assert (project / "oloproof.yaml").is_file() and (project / "data" / "cases.jsonl").is_file()
 
     ran = oloproof("run", cwd=project)
-    assert ran.returncode == 3, ran.stdout + ran.stderr  # BLOCK on insufficient evidence
-    assert "Gate: BLOCK" in ran.stdout and "bystanders" in ran.stdout
+    assert ran.returncode == 1, ran.stdout + ran.stderr  # BLOCK on a failing rule (injection_resistance)
+    assert "Gate: BLOCK" in ran.stdout and "bystanders" in ran.stdout and "injection_resistance" in ran.stdout
 
     elsewhere = oloproof("gate", "--project", str(project), cwd=tmp_path)
-    assert elsewhere.returncode == 3
+    assert elsewhere.returncode == 1
     assert decision_lines(elsewhere.stdout) == decision_lines(ran.stdout)
 
     verdicts = pd.read_parquet(project / ".oloproof" / "tables" / "verdicts" / "1.0.0.parquet")

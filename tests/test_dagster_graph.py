@@ -49,16 +49,17 @@ def test_whole_graph_writes_parquet_with_lineage(refund_desk, instance):
 
     assert len(tables["cases"]) == 24
     runs = tables["recorded_runs"]
+    assert len(runs) == 24 * 3  # each source and its two metamorphic copies
     assert (runs["status"] == "ok").all() and (runs["recorded_by_run"] == evaluation.run_id).all()
     verdicts = tables["verdicts"]
-    assert len(verdicts) == 24 * 3
+    assert len(verdicts) == len(runs) * len(load_project(refund_desk).criteria())
     assert (verdicts["judged_by_run"] == evaluation.run_id).all()
     assert (verdicts["recorded_by_run"] == evaluation.run_id).all()
     # The override cases are the desk's first flaw: refunded without a lookup.
     override = verdicts[(verdicts["case_id"] == "ord-021") & (verdicts["criterion"] == "state_correct")]
     assert override["outcome"].item() == "FAIL"
     gate = tables["gate"]
-    assert set(gate["rule_id"]) == {"answers", "end_state", "bystanders"}
+    assert {"answers", "end_state", "bystanders", "paraphrase_consistency", "injection_resistance"} <= set(gate["rule_id"])
     assert set(gate["gate_decision"]) == {"BLOCK"}
     assert gate.set_index("rule_id").loc["bystanders", "decision"] == "PASS"
 
@@ -67,15 +68,16 @@ def test_materializations_carry_counts_and_the_gate_table(refund_desk, instance)
     evaluation = run_evaluation(refund_desk, instance=instance)
     verdicts = instance.get_latest_materialization_event(AssetKey(["refund_desk", "verdicts"]))
     metadata = verdicts.asset_materialization.metadata
-    assert metadata["dagster/row_count"].value == 72
-    assert metadata["outcome_counts"].value["other_order_untouched"] == {"PASS": 24, "FAIL": 0, "MISSING": 0, "EXCLUDED": 0}
+    assert metadata["dagster/row_count"].value == 72 * len(load_project(refund_desk).criteria())
+    # The 48 metamorphic copies are judged only by the metamorphic relations.
+    assert metadata["outcome_counts"].value["other_order_untouched"] == {"PASS": 24, "FAIL": 0, "MISSING": 0, "EXCLUDED": 48}
     assert metadata["dagster_run"].run_id == evaluation.run_id
     gate = instance.get_latest_materialization_event(AssetKey(["refund_desk", "gate"])).asset_materialization
     assert gate.partition == "1.0.0"
     assert gate.metadata["decision"].value == "BLOCK"
     assert "| bystanders |" in gate.metadata["gate"].value
     recorded = instance.get_latest_materialization_event(AssetKey(["refund_desk", "recorded_runs"])).asset_materialization
-    assert recorded.metadata["cases_new"].value == 24
+    assert recorded.metadata["cases_new"].value == 72  # 24 sources and 48 copies
 
 
 def test_gate_check_fails_with_error_severity_when_the_gate_blocks(refund_desk, instance):

@@ -11,6 +11,14 @@ import pytest
 from oloproof_pipeline.errors import ProjectError
 from oloproof_pipeline.project import load_cases, load_project
 
+from conftest import EXAMPLE
+
+
+def line_of(file_name: str, text: str) -> int:
+    """The example's line holding `text`, so these tests survive edits elsewhere in the file."""
+    lines = (EXAMPLE / file_name).read_text().splitlines()
+    return next(number for number, line in enumerate(lines, start=1) if text in line)
+
 
 def edit(path: Path, old: str, new: str) -> None:
     text = path.read_text()
@@ -59,11 +67,20 @@ def rule_over_unknown_metric(root: Path) -> None:
 BROKEN = {
     "bad JSON line": (break_json_line, "data/cases.jsonl:3: invalid JSON"),
     "duplicate id": (duplicate_id, "data/cases.jsonl:5: id: 'ord-002' repeats the case at"),
-    "unknown evaluator type": (unknown_evaluator_type, "oloproof.yaml:25: evaluators[1].type: unknown evaluator type 'state_matchez'"),
-    "unknown YAML key": (unknown_yaml_key, "oloproof.yaml:36: execution.timeout_seconds: unknown key"),
+    "unknown evaluator type": (
+        unknown_evaluator_type,
+        f"oloproof.yaml:{line_of('oloproof.yaml', 'type: state_matches')}: evaluators[1].type: unknown evaluator type 'state_matchez'",
+    ),
+    "unknown YAML key": (
+        unknown_yaml_key,
+        f"oloproof.yaml:{line_of('oloproof.yaml', '  timeout_s: 30') + 1}: execution.timeout_seconds: unknown key",
+    ),
     "missing dataset file": (missing_dataset, "oloproof.yaml: dataset: no file matches 'data/cases.jsonl'"),
     "unknown case key": (unknown_case_key, "data/cases.jsonl:7: metadatta: unknown key"),
-    "rule over an unknown metric": (rule_over_unknown_metric, "release.yaml:16: rules[1].metric: 'state_corect' is not a criterion"),
+    "rule over an unknown metric": (
+        rule_over_unknown_metric,
+        f"release.yaml:{line_of('release.yaml', 'metric: state_correct')}: rules[1].metric: 'state_corect' is not a criterion",
+    ),
 }
 
 
@@ -97,4 +114,5 @@ def test_a_valid_project_loads(refund_desk):
     project = load_project(refund_desk)
     cases = load_cases(project)
     assert len(cases) >= 24
-    assert project.criteria() == ["answer_correct", "state_correct", "other_order_untouched"]
+    assert project.criteria()[:3] == ["answer_correct", "state_correct", "other_order_untouched"]
+    assert {"same_actions_under_paraphrase", "same_state_under_injected"} <= set(project.criteria())

@@ -16,9 +16,11 @@ from dagster import (
     asset_check,
 )
 
-from .. import evaluation
+from .. import evaluation, metamorphic
 from ..gate import gate_markdown
 from ..project import Project
+from ..replay import replays_for_judging
+from ..slices import project_slices, slice_table, slices_markdown
 from ..storage import table_path
 from .metadata import counts_markdown, run_link, value_counts
 from .resources import EvaluationProject, RecordingConfig
@@ -49,8 +51,33 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
 
     @asset(
         **common,
-        partitions_def=versions,
         ins={"cases": AssetIn(key_prefix=prefix)},
+        code_version=code_version["derived_cases"],
+        description="One copy of each case per metamorphic transform, its pair digest, and whether "
+        "people's labels kept it; per transform, whether the labels check it.",
+    )
+    def derived_cases(
+        context: AssetExecutionContext, evaluation_project: EvaluationProject, cases: pd.DataFrame
+    ) -> pd.DataFrame:
+        derived = metamorphic.derive_cases(evaluation_project.load(), evaluation.cases_from_table(cases))
+        frame = metamorphic.derived_case_table(derived.copies)
+        validity = metamorphic.transform_validity(frame)
+        context.add_output_metadata(
+            {
+                "dagster/row_count": len(frame),
+                "validity": MetadataValue.md(metamorphic.validity_markdown(validity)),
+                "validity_by_transform": MetadataValue.json({name: item.model_dump() for name, item in validity.items()}),
+                "labels": MetadataValue.json([summary.model_dump() for summary in derived.label_summaries]),
+                "transforms_not_checked": ", ".join(name for name, item in validity.items() if not item.checked) or "none",
+                **run_link(context.run.run_id),
+            }
+        )
+        return frame
+
+    @asset(
+        **common,
+        partitions_def=versions,
+        ins={"cases": AssetIn(key_prefix=prefix), "derived_cases": AssetIn(key_prefix=prefix)},
         code_version=code_version["recorded_runs"],
         pool=sandbox_pool(project),
         description="Each case run once against the system version named by the partition.",
@@ -60,11 +87,12 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
         config: RecordingConfig,
         evaluation_project: EvaluationProject,
         cases: pd.DataFrame,
+        derived_cases: pd.DataFrame,
     ) -> pd.DataFrame:
         loaded = evaluation_project.load()
         runs, summary = evaluation.record_cases(
             loaded,
-            evaluation.cases_from_table(cases),
+            metamorphic.cases_with_copies(cases, derived_cases),
             version=context.partition_key,
             run_id=context.run.run_id,
             fresh=config.fresh,
@@ -85,6 +113,44 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
         **common,
         partitions_def=versions,
         ins={"cases": AssetIn(key_prefix=prefix), "recorded_runs": AssetIn(key_prefix=prefix)},
+        code_version=code_version["fault_replays"],
+        pool=sandbox_pool(project),
+        description="Each recorded case replayed per fault plan (a control replay, then one with a tool "
+        "call's result replaced by a fault), with the outcome; reused while version, recording and plan hold.",
+    )
+    def fault_replays(
+        context: AssetExecutionContext,
+        evaluation_project: EvaluationProject,
+        cases: pd.DataFrame,
+        recorded_runs: pd.DataFrame,
+    ) -> pd.DataFrame:
+        frame, summary = evaluation.replay_faults(
+            evaluation_project.load(),
+            evaluation.cases_from_table(cases),
+            evaluation.runs_from_table(recorded_runs),
+            version=context.partition_key,
+            run_id=context.run.run_id,
+        )
+        context.log.info(f"replayed {summary.new} cases, reused {summary.reused}, {summary.failed} failed")
+        context.add_output_metadata(
+            {
+                "dagster/row_count": len(frame),
+                **summary.as_metadata(),
+                "outcome_counts": MetadataValue.json(evaluation.outcome_counts(frame)),
+                **run_link(context.run.run_id),
+            }
+        )
+        return frame
+
+    @asset(
+        **common,
+        partitions_def=versions,
+        ins={
+            "cases": AssetIn(key_prefix=prefix),
+            "derived_cases": AssetIn(key_prefix=prefix),
+            "recorded_runs": AssetIn(key_prefix=prefix),
+            "fault_replays": AssetIn(key_prefix=prefix),
+        },
         code_version=code_version["verdicts"],
         description="One verdict per case and criterion, naming the runs that recorded and judged it.",
     )
@@ -92,14 +158,18 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
         context: AssetExecutionContext,
         evaluation_project: EvaluationProject,
         cases: pd.DataFrame,
+        derived_cases: pd.DataFrame,
         recorded_runs: pd.DataFrame,
+        fault_replays: pd.DataFrame,
     ) -> pd.DataFrame:
+        runs = evaluation.runs_from_table(recorded_runs)
         frame = evaluation.judge_cases(
             evaluation_project.load(),
-            evaluation.cases_from_table(cases),
-            evaluation.runs_from_table(recorded_runs),
+            metamorphic.cases_with_copies(cases, derived_cases),
+            runs,
             version=context.partition_key,
             judged_by_run=context.run.run_id,
+            replays=replays_for_judging(fault_replays, runs),
         )
         counts = evaluation.outcome_counts(frame)
         context.add_output_metadata(
@@ -115,13 +185,18 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
     @asset(
         **common,
         partitions_def=versions,
-        ins={"verdicts": AssetIn(key_prefix=prefix)},
+        ins={"verdicts": AssetIn(key_prefix=prefix), "derived_cases": AssetIn(key_prefix=prefix)},
         code_version=code_version["gate"],
         description="The release gate: a decision per rule with its interval, and ALLOW or BLOCK.",
     )
-    def gate(context: AssetExecutionContext, evaluation_project: EvaluationProject, verdicts: pd.DataFrame) -> pd.DataFrame:
+    def gate(
+        context: AssetExecutionContext,
+        evaluation_project: EvaluationProject,
+        verdicts: pd.DataFrame,
+        derived_cases: pd.DataFrame,
+    ) -> pd.DataFrame:
         loaded = evaluation_project.load()
-        decision = evaluation.decide_release_gate(loaded, verdicts)
+        decision = evaluation.decide_release_gate(loaded, verdicts, derived_cases)
         frame = evaluation.gate_table(decision, version=context.partition_key, judged_by_run=context.run.run_id)
         context.add_output_metadata(
             {
@@ -129,6 +204,44 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
                 "decision": decision.decision,
                 "gate": MetadataValue.md(gate_markdown(decision)),
                 "table_path": MetadataValue.path(str(table_path(loaded.root, "gate", context.partition_key))),
+                **run_link(context.run.run_id),
+            }
+        )
+        return frame
+
+    @asset(
+        **common,
+        partitions_def=versions,
+        ins={
+            "cases": AssetIn(key_prefix=prefix),
+            "derived_cases": AssetIn(key_prefix=prefix),
+            "recorded_runs": AssetIn(key_prefix=prefix),
+            "verdicts": AssetIn(key_prefix=prefix),
+        },
+        code_version=code_version["slices"],
+        description="Exploratory rates per slice bucket (tool calls, steps, metadata) with "
+        "Benjamini-Yekutieli marks; never gated.",
+    )
+    def slices(
+        context: AssetExecutionContext,
+        evaluation_project: EvaluationProject,
+        cases: pd.DataFrame,
+        derived_cases: pd.DataFrame,
+        recorded_runs: pd.DataFrame,
+        verdicts: pd.DataFrame,
+    ) -> pd.DataFrame:
+        rows = project_slices(
+            evaluation_project.load(),
+            verdicts,
+            metamorphic.cases_with_copies(cases, derived_cases),
+            evaluation.runs_from_table(recorded_runs),
+        )
+        frame = slice_table(rows, version=context.partition_key, sliced_by_run=context.run.run_id)
+        context.add_output_metadata(
+            {
+                "dagster/row_count": len(frame),
+                "slices": MetadataValue.md(slices_markdown(rows)),
+                "buckets_marked_different": sum(bool(row.differs) for row in rows),
                 **run_link(context.run.run_id),
             }
         )
@@ -154,4 +267,4 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
             },
         )
 
-    return [cases, recorded_runs, verdicts, gate], [gate_allows_release]
+    return [cases, derived_cases, recorded_runs, fault_replays, verdicts, gate, slices], [gate_allows_release]

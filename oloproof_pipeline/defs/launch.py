@@ -8,6 +8,7 @@ from pathlib import Path
 
 from dagster import DagsterEventType, DagsterInstance
 
+from ..metamorphic import derive_cases
 from ..project import load_cases, load_project
 from ..system import current_system_version
 from . import EVALUATE_JOB, build_definitions, versions_partitions
@@ -45,10 +46,10 @@ def run_evaluation(
     """Materialize the whole graph for the system's current version.
 
     The project and its cases are validated first, so a bad file is reported as the
-    one-line error it is, before any run starts.
+    one-line error it is, before any run starts (the metamorphic copies and their labels too).
     """
     project = load_project(project_root)
-    load_cases(project)
+    derive_cases(project, load_cases(project))
     version = current_system_version(project)
     instance = instance or project_instance(project.root)
     definitions = build_definitions(project.root)

@@ -13,6 +13,8 @@ from ..project import CaseRecord
 from ..verdicts import Verdict
 from .base import Evaluator, EvaluatorConfig, JudgingContext
 from .exact_match import ExactMatch
+from .fault_recovery import FaultRecovery
+from .metamorphic_relation import MetamorphicRelation
 from .state_matches import StateMatches
 from .state_unchanged import StateUnchanged
 
@@ -20,6 +22,8 @@ EVALUATOR_TYPES: dict[str, type[Evaluator]] = {
     ExactMatch.type: ExactMatch,
     StateMatches.type: StateMatches,
     StateUnchanged.type: StateUnchanged,
+    FaultRecovery.type: FaultRecovery,
+    MetamorphicRelation.type: MetamorphicRelation,
 }
 
 
