@@ -23,7 +23,7 @@ ESCALATION_THRESHOLD_USD = 200.0
 
 
 class RefundDesk:
-    version = "1.0.0"
+    # The version lives in oloproof.yaml (system.version): one place to bump for a release.
 
     def __init__(self) -> None:
         self._store: dict[str, Any] = {"orders": {}}

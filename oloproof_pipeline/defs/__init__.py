@@ -16,6 +16,7 @@ from dagster import (
 from ..project import Project, load_project
 from ..storage import tables_dir
 from .assets import IO_MANAGER_KEY, build_assets
+from .automation import nightly_schedule, version_bump_sensor
 from .io_manager import ParquetIOManager
 from .resources import EvaluationProject
 
@@ -45,6 +46,8 @@ def build_definitions(project_dir: str | Path) -> Definitions:
         assets=assets,
         asset_checks=checks,
         jobs=[evaluate],
+        sensors=[version_bump_sensor(project, versions, evaluate)],
+        schedules=[nightly_schedule(project, versions, evaluate)],
         resources={
             "evaluation_project": EvaluationProject(root=str(project.root)),
             IO_MANAGER_KEY: ParquetIOManager(base_path=str(tables_dir(project.root))),

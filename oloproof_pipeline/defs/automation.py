@@ -1,0 +1,72 @@
+"""What runs by itself under `dagster dev`: a sensor that evaluates each new system version,
+and a nightly schedule that re-evaluates the newest one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dagster import (
+    DefaultScheduleStatus,
+    DefaultSensorStatus,
+    DynamicPartitionsDefinition,
+    RunRequest,
+    ScheduleDefinition,
+    ScheduleEvaluationContext,
+    SensorDefinition,
+    SensorEvaluationContext,
+    SensorResult,
+    SkipReason,
+    schedule,
+    sensor,
+)
+
+from ..errors import ProjectError
+from ..project import Project, load_project
+from ..system import current_system_version
+
+
+
+def version_bump_sensor(project: Project, versions: DynamicPartitionsDefinition, job: Any) -> SensorDefinition:
+    @sensor(
+        name=f"{project.name}_new_system_version",
+        job=job,
+        minimum_interval_seconds=30,
+        default_status=DefaultSensorStatus.RUNNING,
+        description="Adds a partition for a system version not seen before and evaluates it.",
+    )
+    def new_system_version(context: SensorEvaluationContext):
+        try:
+            version = current_system_version(load_project(project.root))
+        except ProjectError as error:
+            return SkipReason(f"the project does not load: {error}")
+        if context.instance.has_dynamic_partition(versions.name, version):
+            return SkipReason(f"version {version} already has a partition")
+        return SensorResult(
+            run_requests=[RunRequest(partition_key=version, run_key=version)],
+            dynamic_partitions_requests=[versions.build_add_request([version])],
+        )
+
+    return new_system_version
+
+
+def nightly_schedule(project: Project, versions: DynamicPartitionsDefinition, job: Any) -> ScheduleDefinition:
+    """Schedules cannot add partitions (dagster issue 14921): this one evaluates the newest
+    existing version; the sensor adds new ones. With nothing changed the run reuses every
+    recording, so a quiet night costs almost nothing."""
+
+    @schedule(
+        name=f"{project.name}_nightly",
+        job=job,
+        cron_schedule=project.config.schedule.cron,
+        execution_timezone=project.config.schedule.timezone,
+        default_status=DefaultScheduleStatus.RUNNING,
+        description="Re-evaluates the newest system version.",
+    )
+    def nightly(context: ScheduleEvaluationContext):
+        keys = versions.get_partition_keys(dynamic_partitions_store=context.instance)
+        if not keys:
+            return SkipReason("no system version has a partition yet")
+        newest = keys[-1]  # dynamic partition keys come back in the order they were added
+        return RunRequest(partition_key=newest)
+
+    return nightly
