@@ -19,7 +19,7 @@ from .project import CaseRecord, Project, load_cases
 from .recording import RecordedRun
 from .replay import ReplaySummary, fault_replays_table, plan_replays, run_replays
 from .runner import SandboxRunner
-from .storage import Journal, read_table
+from .storage import Journal, read_table, sandbox_lock
 from .system import current_system_version, system_spec
 from .statistics import BlockingReason, rate_from_outcomes
 from .tables import (
@@ -109,8 +109,12 @@ def record_cases(
     fresh: bool = False,
     on_recorded: Callable[[RecordedRun], None] | None = None,
 ) -> tuple[list[RecordedRun], RecordingSummary]:
-    """Record every case not already recorded for this version (all of them when `fresh`)."""
-    check_partition_is_current_version(project, version)
+    """Record every case not already recorded for this version (all of them when `fresh`).
+
+    Each recording is journalled as it finishes, so a run killed part-way loses nothing.
+    The system is imported, and must be this partition's version, only when something is
+    left to record: a version whose system is gone still re-grades from its recordings.
+    """
     journal = Journal.for_partition(project.root, "recorded_runs", version)
     if fresh:
         journal.clear()
@@ -118,22 +122,21 @@ def record_cases(
     previous_ids = {run.case_id for run in runs_from_table(read_table(project.root, "recorded_runs", version))}
     to_record = [case for case in cases if case.case_digest not in reusable]
 
-    def keep(run: RecordedRun) -> None:
-        journal.append(run.model_dump(mode="json"))
-        if on_recorded is not None:
-            on_recorded(run)
-
     new_runs: dict[str, RecordedRun] = {}
     if to_record:
-        runner = SandboxRunner(
-            system_spec(project).build, system_version=version, timeout_s=project.config.execution.timeout_s
-        )
-        for case in to_record:
-            run = runner.record(case)
-            run.recorded_by_run = run_id
-            keep(run)
-            new_runs[case.case_id] = run
-    runs = [new_runs.get(case.case_id) or reusable[case.case_digest] for case in cases]
+        check_partition_is_current_version(project, version)
+        with sandbox_lock(project.root):
+            runner = SandboxRunner(
+                system_spec(project).build, system_version=version, timeout_s=project.config.execution.timeout_s
+            )
+            for case in to_record:
+                run = runner.record(case)
+                run.recorded_by_run = run_id
+                journal.append(run.model_dump(mode="json"))
+                new_runs[case.case_id] = run
+                if on_recorded is not None:
+                    on_recorded(run)
+    runs = [new_runs.get(case.case_id) or reused_for(case, reusable) for case in cases]
     summary = RecordingSummary(
         new=len(new_runs),
         reused=len(cases) - len(new_runs),
@@ -141,6 +144,12 @@ def record_cases(
         failed=sum(run.status != "ok" for run in new_runs.values()),
     )
     return runs, summary
+
+
+def reused_for(case: CaseRecord, reusable: dict[str, RecordedRun]) -> RecordedRun:
+    """A stored recording of the same digest, filed under this case's id (two cases may
+    share a digest, e.g. identical rows, and each needs its own row)."""
+    return reusable[case.case_digest].model_copy(update={"case_id": case.case_id})
 
 
 # -- fault replays -------------------------------------------------------------------------
@@ -153,9 +162,11 @@ def replay_faults(
     the same version, recording and plan are reused; the system is needed, and must be this
     partition's version, only when something is left to replay."""
     work = plan_replays(project, cases, runs, version)
-    if work.pending:
-        check_partition_is_current_version(project, version, action=f"replay {len(work.pending)} case(s) of")
-    return fault_replays_table(run_replays(project, work, version=version, run_id=run_id)), work.summary
+    if not work.pending:
+        return fault_replays_table(run_replays(project, work, version=version, run_id=run_id)), work.summary
+    check_partition_is_current_version(project, version, action=f"replay {len(work.pending)} case(s) of")
+    with sandbox_lock(project.root):
+        return fault_replays_table(run_replays(project, work, version=version, run_id=run_id)), work.summary
 
 
 # -- judging -------------------------------------------------------------------------------

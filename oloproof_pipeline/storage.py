@@ -6,8 +6,10 @@ run is found by `oloproof gate`, by a later incremental run, and by DuckDB alike
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -79,3 +81,18 @@ class Journal:
 
     def clear(self) -> None:
         self.path.unlink(missing_ok=True)
+
+
+@contextmanager
+def sandbox_lock(project_root: Path) -> Iterator[None]:
+    """Only one process drives a project's sandbox at a time: the CLI, `dagster dev`'s runs
+    and a backfill alike. An OS file lock, so a killed run never leaves it held (a Dagster
+    pool slot claimed by a killed run stays claimed and would block every later run)."""
+    path = output_dir(project_root) / "sandbox.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
