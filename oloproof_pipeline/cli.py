@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import shutil
 import sys
+import threading
+from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 import typer
 from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from .errors import ProjectError
@@ -92,13 +95,52 @@ def run(
     """Record, judge and gate the system's current version; exit with the gate's code."""
     from .defs.launch import run_evaluation
 
-    evaluation = run_evaluation(project, fresh=fresh, log_level="INFO" if verbose else "CRITICAL")
+    with journal_progress(project.resolve(), default_version(project), enabled=not verbose):
+        evaluation = run_evaluation(project, fresh=fresh, log_level="INFO" if verbose else "CRITICAL")
     if evaluation.errors:
         for error in evaluation.errors:
             errors.print(f"[red]error:[/red] {error}", highlight=False)
         raise CommandFailed(f"run {evaluation.run_id} failed", EXIT_PIPELINE_ERROR)
     console.print(f"Dagster run {evaluation.run_id} evaluated version {evaluation.version}.")
     show_gate(project, evaluation.version)
+
+
+def journal_line_count(project_root: Path, table: str, version: str) -> int:
+    from .storage import Journal
+
+    return sum(1 for _ in Journal.for_partition(project_root, table, version).rows())
+
+
+@contextmanager
+def journal_progress(project_root: Path, version: str, *, enabled: bool = True) -> Iterator[None]:
+    """A live count of cases recorded and replayed, read from the journals the run appends
+    to as each case finishes (only on a terminal: logs and pipes get the final table)."""
+    if not (enabled and console.is_terminal):
+        yield
+        return
+    tables = ("recorded_runs", "fault_replays")
+    start = {table: journal_line_count(project_root, table, version) for table in tables}
+    finished = threading.Event()
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console, transient=True) as bar:
+        task = bar.add_task(f"evaluating {version}")
+
+        def poll() -> None:
+            while not finished.wait(0.25):
+                counts = {}
+                for table in tables:
+                    lines = journal_line_count(project_root, table, version)
+                    start[table] = min(start[table], lines)  # `--fresh` empties the journal first
+                    counts[table] = lines - start[table]
+                bar.update(task, description=f"evaluating {version}: recorded {counts['recorded_runs']} cases, "
+                           f"replayed {counts['fault_replays']}")
+
+        poller = threading.Thread(target=poll, daemon=True)
+        poller.start()
+        try:
+            yield
+        finally:
+            finished.set()
+            poller.join()
 
 
 @app.command()
@@ -171,6 +213,137 @@ def gate_table(rows: list[dict], version: str) -> Table:
             "; ".join(row["reasons"] or []),
         )
     return table
+
+
+# -- reading stored results ----------------------------------------------------------------
+
+
+def stored_results(project_dir: Path, version: str | None):
+    from .results import load_results
+
+    root = project_dir.resolve()
+    return load_project(root), load_results(root, version or default_version(root))
+
+
+def json_text(value) -> str:
+    import json
+
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def short_run_id(run_id: str | None) -> str:
+    """The first block of a run id, as Dagster's UI shows it."""
+    return run_id.split("-")[0] if run_id else "-"
+
+
+@app.command()
+def inspect(
+    case_id: str = typer.Argument(..., help="The case to show, e.g. ord-013 or ord-013~injected."),
+    project: Path = PROJECT_OPTION,
+    version: Optional[str] = typer.Option(None, "--version", "-v", help="System version (default: the current one)."),
+) -> None:
+    """Print a case's panel: input, answer, compared state paths, tool calls, verdicts and run ids."""
+    from .reports import case_panel
+
+    _, results = stored_results(project, version)
+    panel = case_panel(results, case_id)
+    if panel is None:
+        raise CommandFailed(f"no case {case_id!r} in the stored cases of {project}", EXIT_PIPELINE_ERROR)
+    console.rule(f"[bold]{panel.case_id}[/]  version {panel.version}  recording: {panel.status}")
+    console.print(f"[bold]input[/]  {json_text(panel.input)}", highlight=False, soft_wrap=True)
+    console.print(f"[bold]answer[/] {json_text(panel.answer)}", highlight=False, soft_wrap=True)
+    if panel.error:
+        console.print(f"[bold red]error[/]  {panel.error}", highlight=False)
+    if panel.state_rows:
+        state = Table(title="state compared", title_justify="left")
+        for column in ("criterion", "path", "expected", "actual", "matched"):
+            state.add_column(column, overflow="fold")
+        for row in panel.state_rows:
+            matched = "[green]yes[/]" if row.get("matched") else "[red]no[/]"
+            state.add_row(row["criterion"], row["path"], json_text(row.get("expected")), json_text(row.get("actual")), matched)
+        console.print(state)
+    calls = Table(title="tool calls", title_justify="left")
+    for column in ("#", "tool", "arguments", "result"):
+        calls.add_column(column, overflow="fold")
+    for index, call in enumerate(panel.tool_calls, start=1):
+        calls.add_row(str(index), call["tool"], json_text(call["arguments"]), json_text(call["result"]))
+    console.print(calls)
+    for constraint in panel.constraints:
+        mark = "[green]kept[/]" if constraint.get("passed") else "[red]broken[/]"
+        console.print(f"constraint {constraint['name']}: {mark} {constraint.get('detail') or ''}", highlight=False)
+    verdicts = Table(title="verdicts (run ids shortened; full ids in the verdicts table)", title_justify="left")
+    for column in ("criterion", "outcome", "reason"):
+        verdicts.add_column(column, overflow="fold")
+    for column in ("recorded by", "replayed by", "judged by"):
+        verdicts.add_column(column, no_wrap=True)
+    for verdict in panel.verdicts:
+        style = DECISION_STYLES.get(verdict["outcome"], "dim")
+        verdicts.add_row(
+            verdict["criterion"], f"[{style}]{verdict['outcome']}[/]", verdict["reason"],
+            *(short_run_id(verdict.get(column)) for column in ("recorded_by_run", "replayed_by_run", "judged_by_run")),
+        )
+    console.print(verdicts)
+
+
+@app.command()
+def report(
+    project: Path = PROJECT_OPTION,
+    version: Optional[str] = typer.Option(None, "--version", "-v", help="System version (default: the current one)."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Where to write the HTML file."),
+) -> None:
+    """Write one offline HTML report: gate, metrics with intervals, slices, a panel per case."""
+    from .reports import write_html_report
+
+    loaded, results = stored_results(project, version)
+    path = write_html_report(loaded.root, results, loaded.name, output)
+    console.print(f"Wrote {path}")
+
+
+@app.command()
+def export(
+    project: Path = PROJECT_OPTION,
+    version: Optional[str] = typer.Option(None, "--version", "-v", help="System version (default: the current one)."),
+    format: str = typer.Option("jsonl", "--format", help="Only jsonl for now."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Where to write (default under .oloproof/exports)."),
+) -> None:
+    """Write one JSON line per case and run: task_id, run_id, scores per grader, violated constraints."""
+    from .export import write_jsonl
+    from .storage import output_dir
+
+    if format != "jsonl":
+        raise CommandFailed(f"unknown format {format!r}; use jsonl", 2)
+    loaded, results = stored_results(project, version)
+    path = output or output_dir(loaded.root) / "exports" / f"results-{results.version}.jsonl"
+    count = write_jsonl(results, path)
+    console.print(f"Wrote {count} lines to {path}")
+
+
+@app.command()
+def compare(
+    base: str = typer.Argument(..., help="The base system version."),
+    candidate: str = typer.Argument(..., help="The candidate system version."),
+    project: Path = PROJECT_OPTION,
+) -> None:
+    """Pair the same cases across two versions: per criterion, what got fixed and what broke."""
+    from .compare import compare_versions
+    from .results import load_results
+
+    loaded = load_project(project.resolve())
+    comparisons = compare_versions(
+        load_results(loaded.root, base), load_results(loaded.root, candidate), loaded.release.confidence_level
+    )
+    table = Table(title=f"{base} -> {candidate} (paired cases)", title_justify="left")
+    for column in ("criterion", "paired", "both pass", "fixed", "broken", "both fail", "unpaired", "rate change", "interval"):
+        table.add_column(column, no_wrap=True)
+    table.add_column("broke", overflow="fold")
+    for item in comparisons:
+        change = "-" if item.difference is None else f"{item.difference:+.3f}"
+        interval = "-" if item.lower is None else f"[{item.lower:+.3f}, {item.upper:+.3f}]"
+        table.add_row(
+            item.criterion, str(item.paired), str(item.both_pass), f"[green]{item.fixed}[/]", f"[red]{item.broken}[/]",
+            str(item.both_fail), str(item.unpaired), change, interval, ", ".join(item.broken_cases),
+        )
+    console.print(table)
 
 
 def main() -> None:

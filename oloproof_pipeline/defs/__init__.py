@@ -6,6 +6,7 @@ import warnings
 from pathlib import Path
 
 from dagster import (
+    AssetKey,
     AssetSelection,
     Definitions,
     DynamicPartitionsDefinition,
@@ -21,6 +22,10 @@ from .io_manager import ParquetIOManager
 from .resources import EvaluationProject
 
 EVALUATE_JOB = "evaluate"
+REGRADE_JOB = "regrade"
+COMPARE_JOB = "compare_versions"
+# What a re-grade rebuilds from stored tables: nothing here calls the system.
+REGRADED_ASSETS = ("verdicts", "slices", "gate")
 
 # A check partitioned like its asset is a preview feature in 1.13; without it the gate check
 # would load every version's gate (dagster issue 27747). Used knowingly, so not repeated.
@@ -37,15 +42,25 @@ def build_definitions(project_dir: str | Path) -> Definitions:
     project = load_project(project_dir)
     versions = versions_partitions(project)
     assets, checks = build_assets(project, versions)
+    comparison = AssetSelection.assets(AssetKey([project.name, "version_comparison"]))
     evaluate = define_asset_job(
         EVALUATE_JOB,
-        selection=AssetSelection.groups(project.name),
+        selection=AssetSelection.groups(project.name) - comparison,
         description="Record, judge and gate one system version of the project.",
+    )
+    regrade = define_asset_job(
+        REGRADE_JOB,
+        selection=AssetSelection.assets(*(AssetKey([project.name, name]) for name in REGRADED_ASSETS)),
+        description="Re-judge stored recordings and replays of any version, without the system under test. "
+        "Backfill it over old versions after an evaluator or a rule changes.",
+    )
+    compare = define_asset_job(
+        COMPARE_JOB, selection=comparison, description="Pair two versions' verdicts case by case."
     )
     return Definitions(
         assets=assets,
         asset_checks=checks,
-        jobs=[evaluate],
+        jobs=[evaluate, regrade, compare],
         sensors=[version_bump_sensor(project, versions, evaluate)],
         schedules=[nightly_schedule(project, versions, evaluate)],
         resources={
@@ -56,4 +71,4 @@ def build_definitions(project_dir: str | Path) -> Definitions:
     )
 
 
-__all__ = ["EVALUATE_JOB", "build_definitions", "versions_partitions"]
+__all__ = ["COMPARE_JOB", "EVALUATE_JOB", "REGRADE_JOB", "build_definitions", "versions_partitions"]

@@ -16,14 +16,17 @@ from dagster import (
     asset_check,
 )
 
+from .. import compare as comparison
 from .. import evaluation, metamorphic
 from ..gate import gate_markdown
+from ..reports import write_html_report
+from ..results import load_results, results_from_tables
 from ..project import Project
 from ..replay import replays_for_judging
 from ..slices import project_slices, slice_table, slices_markdown
 from ..storage import table_path
-from .metadata import counts_markdown, run_link, value_counts
-from .resources import EvaluationProject, RecordingConfig
+from .metadata import ProgressLog, counts_markdown, run_link, value_counts
+from .resources import ComparisonConfig, EvaluationProject, RecordingConfig
 
 IO_MANAGER_KEY = "oloproof_parquet"
 
@@ -90,12 +93,14 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
         derived_cases: pd.DataFrame,
     ) -> pd.DataFrame:
         loaded = evaluation_project.load()
+        all_cases = metamorphic.cases_with_copies(cases, derived_cases)
         runs, summary = evaluation.record_cases(
             loaded,
-            metamorphic.cases_with_copies(cases, derived_cases),
+            all_cases,
             version=context.partition_key,
             run_id=context.run.run_id,
             fresh=config.fresh,
+            on_recorded=ProgressLog(context.log, "recorded", len(all_cases)).step,
         )
         frame = evaluation.recorded_runs_table(runs)
         context.log.info(f"recorded {summary.new} cases, reused {summary.reused}, {summary.failed} failed")
@@ -185,25 +190,40 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
     @asset(
         **common,
         partitions_def=versions,
-        ins={"verdicts": AssetIn(key_prefix=prefix), "derived_cases": AssetIn(key_prefix=prefix)},
+        ins={
+            name: AssetIn(key_prefix=prefix)
+            for name in ("cases", "derived_cases", "recorded_runs", "verdicts", "slices")
+        },
         code_version=code_version["gate"],
         description="The release gate: a decision per rule with its interval, and ALLOW or BLOCK.",
     )
     def gate(
         context: AssetExecutionContext,
         evaluation_project: EvaluationProject,
-        verdicts: pd.DataFrame,
+        cases: pd.DataFrame,
         derived_cases: pd.DataFrame,
+        recorded_runs: pd.DataFrame,
+        verdicts: pd.DataFrame,
+        slices: pd.DataFrame,
     ) -> pd.DataFrame:
         loaded = evaluation_project.load()
+        version = context.partition_key
         decision = evaluation.decide_release_gate(loaded, verdicts, derived_cases)
-        frame = evaluation.gate_table(decision, version=context.partition_key, judged_by_run=context.run.run_id)
+        frame = evaluation.gate_table(decision, version=version, judged_by_run=context.run.run_id)
+        # The report is written here, not downstream: a blocking gate check skips anything
+        # after the gate, and a blocked release is when the report is read most.
+        results = results_from_tables(
+            version, cases=cases, derived_cases=derived_cases, recorded_runs=recorded_runs,
+            verdicts=verdicts, gate=frame, slices=slices,
+        )
+        report = write_html_report(loaded.root, results, loaded.name)
         context.add_output_metadata(
             {
                 "dagster/row_count": len(frame),
                 "decision": decision.decision,
                 "gate": MetadataValue.md(gate_markdown(decision)),
-                "table_path": MetadataValue.path(str(table_path(loaded.root, "gate", context.partition_key))),
+                "report_path": MetadataValue.path(str(report)),
+                "table_path": MetadataValue.path(str(table_path(loaded.root, "gate", version))),
                 **run_link(context.run.run_id),
             }
         )
@@ -267,4 +287,30 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
             },
         )
 
-    return [cases, derived_cases, recorded_runs, fault_replays, verdicts, gate, slices], [gate_allows_release]
+    @asset(
+        **common,
+        deps=[verdicts],
+        code_version=code_version["verdicts"],
+        description="Two versions' verdicts paired case by case: what got fixed, what broke.",
+    )
+    def version_comparison(
+        context: AssetExecutionContext, config: ComparisonConfig, evaluation_project: EvaluationProject
+    ) -> pd.DataFrame:
+        loaded = evaluation_project.load()
+        known = context.instance.get_dynamic_partitions(versions.name)
+        base, candidate = comparison.choose_versions(loaded.root, known, config.base, config.candidate)
+        comparisons = comparison.compare_versions(
+            load_results(loaded.root, base), load_results(loaded.root, candidate), loaded.release.confidence_level
+        )
+        context.add_output_metadata(
+            {
+                "base": base,
+                "candidate": candidate,
+                "comparison": MetadataValue.md(comparison.comparison_markdown(comparisons, base, candidate)),
+                **run_link(context.run.run_id),
+            }
+        )
+        return comparison.comparison_table(comparisons, base, candidate)
+
+    assets = [cases, derived_cases, recorded_runs, fault_replays, verdicts, gate, slices, version_comparison]
+    return assets, [gate_allows_release]

@@ -21,3 +21,10 @@ class RecordingConfig(Config):
     """Run config for `recorded_runs`: `fresh` re-records every case, ignoring stored runs."""
 
     fresh: bool = False
+
+
+class ComparisonConfig(Config):
+    """Run config for `version_comparison`; by default the two newest versions with verdicts."""
+
+    base: str | None = None
+    candidate: str | None = None

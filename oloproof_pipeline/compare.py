@@ -1,0 +1,135 @@
+"""Two versions side by side: the same cases paired per criterion, with a paired interval on
+the difference in pass rates and the cases that broke."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from pydantic import BaseModel
+
+from .errors import ProjectError
+from .results import VersionResults
+from .statistics import clopper_pearson
+from .storage import stored_partitions
+
+
+class CriterionComparison(BaseModel):
+    criterion: str
+    paired: int  # cases judged PASS or FAIL in both versions
+    both_pass: int
+    fixed: int  # FAIL in the base, PASS in the candidate
+    broken: int  # PASS in the base, FAIL in the candidate
+    both_fail: int
+    unpaired: int  # MISSING on either side, EXCLUDED on one, or present in one version only
+    base_rate: float | None
+    candidate_rate: float | None
+    difference: float | None
+    lower: float | None
+    upper: float | None
+    broken_cases: list[str]
+    fixed_cases: list[str]
+
+
+def paired_difference_interval(fixed: int, broken: int, paired: int, confidence: float) -> tuple[float, float]:
+    """Exact conditional (McNemar-style) interval for candidate minus base rate: given the
+    discordant pairs, the fixed count is binomial, and the difference is
+    discordant * (2p - 1) / paired for its Clopper-Pearson bounds p."""
+    discordant = fixed + broken
+    if discordant == 0:
+        return 0.0, 0.0
+    lower, upper = clopper_pearson(fixed, discordant, confidence)
+    return discordant * (2 * lower - 1) / paired, discordant * (2 * upper - 1) / paired
+
+
+def _outcomes(results: VersionResults) -> dict[str, dict[str, str]]:
+    by_criterion: dict[str, dict[str, str]] = {}
+    for verdict in results.verdicts:
+        by_criterion.setdefault(verdict["criterion"], {})[verdict["case_id"]] = verdict["outcome"]
+    return by_criterion
+
+
+def compare_criterion(criterion: str, base: dict[str, str], candidate: dict[str, str], confidence: float) -> CriterionComparison:
+    counts = {"both_pass": [], "fixed": [], "broken": [], "both_fail": []}
+    unpaired = 0
+    for case_id in sorted(set(base) | set(candidate)):
+        pair = (base.get(case_id), candidate.get(case_id))
+        if pair == ("EXCLUDED", "EXCLUDED"):
+            continue  # the criterion does not apply to this case in either version
+        kind = {("PASS", "PASS"): "both_pass", ("FAIL", "PASS"): "fixed", ("PASS", "FAIL"): "broken", ("FAIL", "FAIL"): "both_fail"}.get(pair)
+        if kind is None:
+            unpaired += 1
+        else:
+            counts[kind].append(case_id)
+    paired = sum(len(cases) for cases in counts.values())
+    base_passes = len(counts["both_pass"]) + len(counts["broken"])
+    candidate_passes = len(counts["both_pass"]) + len(counts["fixed"])
+    lower = upper = difference = None
+    if paired:
+        difference = (candidate_passes - base_passes) / paired
+        lower, upper = paired_difference_interval(len(counts["fixed"]), len(counts["broken"]), paired, confidence)
+    return CriterionComparison(
+        criterion=criterion,
+        paired=paired,
+        both_pass=len(counts["both_pass"]),
+        fixed=len(counts["fixed"]),
+        broken=len(counts["broken"]),
+        both_fail=len(counts["both_fail"]),
+        unpaired=unpaired,
+        base_rate=base_passes / paired if paired else None,
+        candidate_rate=candidate_passes / paired if paired else None,
+        difference=difference,
+        lower=lower,
+        upper=upper,
+        broken_cases=counts["broken"],
+        fixed_cases=counts["fixed"],
+    )
+
+
+def compare_versions(base: VersionResults, candidate: VersionResults, confidence: float = 0.95) -> list[CriterionComparison]:
+    base_outcomes, candidate_outcomes = _outcomes(base), _outcomes(candidate)
+    criteria = list(dict.fromkeys([*base_outcomes, *candidate_outcomes]))
+    return [
+        compare_criterion(criterion, base_outcomes.get(criterion, {}), candidate_outcomes.get(criterion, {}), confidence)
+        for criterion in criteria
+    ]
+
+
+def choose_versions(project_root: Path, known: list[str], base: str | None, candidate: str | None) -> tuple[str, str]:
+    """The versions asked for, else the two newest (in the order they were added) with verdicts."""
+    judged = [version for version in known if version in set(stored_partitions(project_root, "verdicts"))]
+    if base is None or candidate is None:
+        if len(judged) < 2:
+            raise ProjectError(f"comparing needs two judged versions; judged so far: {', '.join(judged) or 'none'}")
+        base, candidate = base or judged[-2], candidate or judged[-1]
+    return base, candidate
+
+
+def comparison_table(comparisons: list[CriterionComparison], base: str, candidate: str) -> pd.DataFrame:
+    rows = [{"base_version": base, "candidate_version": candidate, **item.model_dump()} for item in comparisons]
+    frame = pd.DataFrame(rows)
+    for column in ("broken_cases", "fixed_cases"):
+        if column in frame:
+            frame[column] = frame[column].map(lambda cases: ", ".join(cases))
+    return frame
+
+
+def _signed(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.3f}"
+
+
+def comparison_markdown(comparisons: list[CriterionComparison], base: str, candidate: str) -> str:
+    lines = [
+        f"{base} -> {candidate}",
+        "",
+        "| criterion | paired | both pass | fixed | broken | both fail | rate change | interval | broke |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for item in comparisons:
+        interval = "-" if item.lower is None else f"[{item.lower:+.3f}, {item.upper:+.3f}]"
+        lines.append(
+            f"| {item.criterion} | {item.paired} | {item.both_pass} | {item.fixed} | {item.broken} | "
+            f"{item.both_fail} | {_signed(item.difference)} | {interval} | {', '.join(item.broken_cases)} |"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,54 @@
+"""Results as JSON lines: one line per case and run, readable by any JSON tool."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterator
+
+from .results import VersionResults
+
+SCORES = {"PASS": 1.0, "FAIL": 0.0}
+
+
+def result_lines(results: VersionResults) -> Iterator[dict[str, Any]]:
+    """`task_id`, `run_id`, a score per grader (1 PASS, 0 FAIL, null MISSING; EXCLUDED left out)
+    and the constraints the run violated (recorded by the system or failed trace graders)."""
+    for case in results.cases:
+        case_id = case["case_id"]
+        recording = results.recording(case_id) or {}
+        verdicts = results.verdicts_of(case_id)
+        trajectory = recording.get("trajectory") or {}
+        violated = [
+            {"name": constraint["name"], "detail": constraint.get("detail"), "step": constraint.get("step")}
+            for constraint in trajectory.get("constraints") or []
+            if not constraint.get("passed")
+        ]
+        violated += [
+            {"name": verdict["criterion"], "detail": verdict["reason"], "step": None}
+            for verdict in verdicts
+            if verdict["outcome"] == "FAIL" and verdict["criterion"].startswith("trace_")
+        ]
+        yield {
+            "task_id": case_id,
+            "run_id": recording.get("recorded_by_run"),
+            "system_version": results.version,
+            "status": recording.get("status"),
+            "scores": {
+                verdict["criterion"]: SCORES.get(verdict["outcome"])
+                for verdict in verdicts
+                if verdict["outcome"] != "EXCLUDED"
+            },
+            "outcomes": {verdict["criterion"]: verdict["outcome"] for verdict in verdicts},
+            "violated_constraints": violated,
+        }
+
+
+def write_jsonl(results: VersionResults, path: Path) -> int:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    count = 0
+    with path.open("w", encoding="utf-8") as handle:
+        for line in result_lines(results):
+            handle.write(json.dumps(line, ensure_ascii=False, sort_keys=True) + "\n")
+            count += 1
+    return count
