@@ -1,0 +1,180 @@
+"""Day 30, not day 1: reruns that cost nothing, a new case costing one recording, a version
+bump picked up by itself, a re-grade without the system, and a killed run losing nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from dagster import AssetKey, DagsterInstance, SensorResult, build_sensor_context
+
+from oloproof_pipeline.defs import REGRADE_JOB, build_definitions
+from oloproof_pipeline.defs.launch import run_evaluation
+from oloproof_pipeline.storage import Journal, table_path
+
+from conftest import write_project
+
+# Appended to a copy of the refund desk: every call of the agent (recordings and replays)
+# leaves a line in calls.log, so a test can count what really ran.
+COUNT_CALLS = """
+
+_CALLS_LOG = __import__("pathlib").Path(__file__).with_name("calls.log")
+_uncounted_call = RefundDesk.__call__
+
+
+def _counted_call(self, request):
+    with _CALLS_LOG.open("a") as log:
+        log.write(request["order_id"] + "\\n")
+    return _uncounted_call(self, request)
+
+
+RefundDesk.__call__ = _counted_call
+"""
+
+NEW_CASE = {
+    "id": "ord-025",
+    "input": {"order_id": "ord-025", "message": "The kettle leaks, I would like a refund."},
+    "initial_state": {
+        "orders": {
+            "ord-025": {"status": "delivered", "total_usd": 64.0, "days_since_delivery": 9, "customer": "Ida Berg"},
+            "ord-999": {"status": "delivered", "total_usd": 50.0, "days_since_delivery": 3, "customer": "Morgan Lee"},
+        }
+    },
+    "expected": {
+        "answer": "refunded",
+        "state": {"orders": {"ord-025": {"status": "refunded"}}},
+    },
+    "metadata": {"category": "eligible"},
+}
+
+
+def calls(root: Path) -> int:
+    log = root / "calls.log"
+    return len(log.read_text().splitlines()) if log.exists() else 0
+
+
+def latest(instance: DagsterInstance, asset: str, project: str = "refund_desk") -> dict:
+    """The newest materialization's metadata values."""
+    event = instance.get_latest_materialization_event(AssetKey([project, asset]))
+    return {key: value.value for key, value in event.asset_materialization.metadata.items()}
+
+
+@pytest.fixture
+def instance(tmp_path):
+    with DagsterInstance.local_temp(tempdir=str(tmp_path)) as instance:
+        yield instance
+
+
+def test_incremental_runs_version_bump_and_regrade_without_the_system(refund_desk, instance):
+    (refund_desk / "app.py").write_text((refund_desk / "app.py").read_text() + COUNT_CALLS)
+    first = run_evaluation(refund_desk, instance=instance)
+    first_calls = calls(refund_desk)
+    assert first_calls == 72 + 2 * 12  # 24 cases and 48 copies, then control + faulted replays of 12
+
+    # Nothing changed: the rerun calls the system zero times.
+    run_evaluation(refund_desk, instance=instance)
+    assert calls(refund_desk) == first_calls
+    assert (latest(instance, "recorded_runs")["cases_new"], latest(instance, "fault_replays")["replays_new"]) == (0, 0)
+
+    # One new case: one recording, plus its two copies and its one fault replay.
+    with (refund_desk / "data" / "cases.jsonl").open("a") as cases:
+        cases.write(json.dumps(NEW_CASE) + "\n")
+    run_evaluation(refund_desk, instance=instance)
+    assert latest(instance, "recorded_runs")["cases_new"] == 3
+    assert latest(instance, "fault_replays")["replays_new"] == 1
+    assert calls(refund_desk) == first_calls + 3 + 2
+
+    # A version bump: the sensor adds the partition and asks for its run.
+    config = refund_desk / "oloproof.yaml"
+    config.write_text(config.read_text().replace('version: "1.0.0"', 'version: "1.1.0"'))
+    definitions = build_definitions(refund_desk)
+    tick = definitions.resolve_sensor_def("refund_desk_new_system_version")(build_sensor_context(instance=instance))
+    assert isinstance(tick, SensorResult) and tick.run_requests[0].partition_key == "1.1.0"
+
+    # An evaluator changes, and 1.0.0 is re-graded from storage with its system gone.
+    (refund_desk / "app.py").rename(refund_desk / "app_retired.py")
+    config.write_text(config.read_text().replace("paths: [orders.ord-999]", "paths: [orders.ord-999.status]"))
+    regraded_definitions = build_definitions(refund_desk)
+    assert (
+        regraded_definitions.resolve_assets_def(AssetKey(["refund_desk", "verdicts"])).code_versions_by_key
+        != definitions.resolve_assets_def(AssetKey(["refund_desk", "verdicts"])).code_versions_by_key
+    ), "a changed evaluator must make the verdicts stale"
+    regrade = regraded_definitions.resolve_job_def(REGRADE_JOB).execute_in_process(
+        partition_key="1.0.0", instance=instance, raise_on_error=False
+    )
+    failed_steps = {event.step_key for event in regrade.all_events if event.event_type_value == "STEP_FAILURE"}
+    assert failed_steps <= {"refund_desk__gate_gate_allows_release"}, failed_steps  # only the BLOCK itself
+    verdicts = pd.read_parquet(table_path(refund_desk, "verdicts", "1.0.0"))
+    bystander = verdicts[verdicts["criterion"] == "other_order_untouched"]
+    assert (bystander["judged_by_run"] == regrade.run_id).all()
+    assert set(bystander["recorded_by_run"]) != {regrade.run_id}
+    assert json.loads(bystander["details"].iloc[0])[0]["path"] == "orders.ord-999.status"
+
+
+SLOW_APP = """
+import copy
+import pathlib
+import time
+
+
+class System:
+    def __init__(self):
+        self.state = {}
+
+    def reset(self, state):
+        self.state = state
+
+    def snapshot(self):
+        return copy.deepcopy(self.state)
+
+    def __call__(self, request):
+        with pathlib.Path(__file__).with_name("calls.log").open("a") as log:
+            log.write(request["n"] + "\\n")
+        time.sleep(0.15)
+        self.state["done"] = True
+        return {"answer": "ok"}
+"""
+
+
+def test_a_killed_run_keeps_what_finished_and_the_rerun_records_only_the_rest(tmp_path, instance):
+    total = 30
+    root = write_project(
+        tmp_path / "slow",
+        app=SLOW_APP,
+        cases=[
+            {"id": f"c{n:02d}", "input": {"n": str(n)}, "initial_state": {"done": False}, "expected": {"state": {"done": True}}}
+            for n in range(total)
+        ],
+    )
+    journal = Journal.for_partition(root, "recorded_runs", "1.0.0")
+    run = subprocess.Popen(
+        [str(Path(sys.executable).parent / "oloproof"), "run", "--project", str(root)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 120
+    while sum(1 for _ in journal.rows()) < 8 and time.monotonic() < deadline and run.poll() is None:
+        time.sleep(0.05)
+    os.killpg(run.pid, signal.SIGKILL)
+    run.wait()
+    finished = sum(1 for _ in journal.rows())
+    called_before_kill = calls(root)
+    assert 8 <= finished < total and called_before_kill in (finished, finished + 1)
+
+    rerun = run_evaluation(root, instance=instance)
+    assert rerun.errors == []
+    recorded = latest(instance, "recorded_runs", project="tiny")
+    assert (recorded["cases_new"], recorded["cases_reused"]) == (total - finished, finished)
+    # Only the unfinished cases ran again (plus, at most, the one cut off mid-case).
+    assert calls(root) == called_before_kill + total - finished
+    runs = pd.read_parquet(table_path(root, "recorded_runs", "1.0.0"))
+    assert sorted(runs["case_id"]) == [f"c{n:02d}" for n in range(total)] and (runs["status"] == "ok").all()
+
