@@ -32,6 +32,15 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def require_unique(names: list[str], what: str) -> None:
+    """A validator's check that no name repeats (pydantic reports the ValueError by field)."""
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise ValueError(f"{what} {name!r} repeats")
+        seen.add(name)
+
+
 # -- oloproof.yaml -------------------------------------------------------------------------
 
 
@@ -87,11 +96,7 @@ class MetamorphicConfig(StrictModel):
     @field_validator("transforms")
     @classmethod
     def _names_unique(cls, transforms: list[TransformConfig]) -> list[TransformConfig]:
-        seen: set[str] = set()
-        for transform in transforms:
-            if transform.name in seen:
-                raise ValueError(f"transform name {transform.name!r} repeats")
-            seen.add(transform.name)
+        require_unique([transform.name for transform in transforms], "transform name")
         return transforms
 
 
@@ -161,11 +166,7 @@ class ReleasePolicy(StrictModel):
     @field_validator("rules")
     @classmethod
     def _rule_ids_unique(cls, rules: list[RuleConfig]) -> list[RuleConfig]:
-        seen: set[str] = set()
-        for rule in rules:
-            if rule.id in seen:
-                raise ValueError(f"rule id {rule.id!r} repeats")
-            seen.add(rule.id)
+        require_unique([rule.id for rule in rules], "rule id")
         return rules
 
 

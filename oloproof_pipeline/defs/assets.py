@@ -42,6 +42,10 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
     code_version = evaluation.code_versions(project)
     common = {"key_prefix": prefix, "group_name": project.name, "io_manager_key": IO_MANAGER_KEY}
 
+    def upstream(*names: str) -> dict[str, AssetIn]:
+        """Inputs loaded from this project's assets of the same names."""
+        return {name: AssetIn(key_prefix=prefix) for name in names}
+
     @asset(
         **common,
         code_version=code_version["cases"],
@@ -54,7 +58,7 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
 
     @asset(
         **common,
-        ins={"cases": AssetIn(key_prefix=prefix)},
+        ins=upstream("cases"),
         code_version=code_version["derived_cases"],
         description="One copy of each case per metamorphic transform, its pair digest, and whether "
         "people's labels kept it; per transform, whether the labels check it.",
@@ -80,7 +84,7 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
     @asset(
         **common,
         partitions_def=versions,
-        ins={"cases": AssetIn(key_prefix=prefix), "derived_cases": AssetIn(key_prefix=prefix)},
+        ins=upstream("cases", "derived_cases"),
         code_version=code_version["recorded_runs"],
         pool=sandbox_pool(project),
         description="Each case run once against the system version named by the partition.",
@@ -117,7 +121,7 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
     @asset(
         **common,
         partitions_def=versions,
-        ins={"cases": AssetIn(key_prefix=prefix), "recorded_runs": AssetIn(key_prefix=prefix)},
+        ins=upstream("cases", "recorded_runs"),
         code_version=code_version["fault_replays"],
         pool=sandbox_pool(project),
         description="Each recorded case replayed per fault plan (a control replay, then one with a tool "
@@ -150,12 +154,7 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
     @asset(
         **common,
         partitions_def=versions,
-        ins={
-            "cases": AssetIn(key_prefix=prefix),
-            "derived_cases": AssetIn(key_prefix=prefix),
-            "recorded_runs": AssetIn(key_prefix=prefix),
-            "fault_replays": AssetIn(key_prefix=prefix),
-        },
+        ins=upstream("cases", "derived_cases", "recorded_runs", "fault_replays"),
         code_version=code_version["verdicts"],
         description="One verdict per case and criterion, naming the runs that recorded and judged it.",
     )
@@ -190,10 +189,7 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
     @asset(
         **common,
         partitions_def=versions,
-        ins={
-            name: AssetIn(key_prefix=prefix)
-            for name in ("cases", "derived_cases", "recorded_runs", "verdicts", "slices")
-        },
+        ins=upstream("cases", "derived_cases", "recorded_runs", "verdicts", "slices"),
         code_version=code_version["gate"],
         description="The release gate: a decision per rule with its interval, and ALLOW or BLOCK.",
     )
@@ -232,12 +228,7 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
     @asset(
         **common,
         partitions_def=versions,
-        ins={
-            "cases": AssetIn(key_prefix=prefix),
-            "derived_cases": AssetIn(key_prefix=prefix),
-            "recorded_runs": AssetIn(key_prefix=prefix),
-            "verdicts": AssetIn(key_prefix=prefix),
-        },
+        ins=upstream("cases", "derived_cases", "recorded_runs", "verdicts"),
         code_version=code_version["slices"],
         description="Exploratory rates per slice bucket (tool calls, steps, metadata) with "
         "Benjamini-Yekutieli marks; never gated.",
