@@ -34,7 +34,7 @@ app = typer.Typer(
     help="Evaluate a tool-using agent by the world it leaves behind; gate its release.",
 )
 # Piped output (CI logs, files) gets a wide table instead of rich's 80-column fallback.
-console = Console(width=None if sys.stdout.isatty() else 160)
+console = Console(width=None if sys.stdout.isatty() else 200)
 errors = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
 
 PROJECT_OPTION = typer.Option(Path("."), "--project", "-p", help="The evaluation project folder.")
@@ -196,9 +196,10 @@ DECISION_STYLES = {"PASS": "green", "FAIL": "red", "INSUFFICIENT_EVIDENCE": "yel
 
 def gate_table(rows: list[dict], version: str) -> Table:
     table = Table(title=f"Decisions for version {version}", title_justify="left")
-    for column in ("rule / metric", "decision", "rate", "interval", "passed/judged", "missing", "excluded"):
+    table.add_column("rule / metric", overflow="fold")
+    for column in ("decision", "rate", "interval", "passed/judged", "missing", "excluded"):
         table.add_column(column, no_wrap=True)
-    table.add_column("reasons", overflow="fold", min_width=30)
+    table.add_column("reasons", overflow="fold", min_width=30, ratio=1)
     for row in rows:
         judged = (row["passed"] or 0) + (row["failed"] or 0)
         method = METHOD_NAMES.get(row["method"], row["method"] or "")

@@ -17,6 +17,7 @@ from .gate import GateDecision, decide_gate, decide_rule
 from .metamorphic import transform_blocking_reasons
 from .project import CaseRecord, Project, load_cases
 from .recording import RecordedRun
+from .verdicts import STRUCTURAL_EXCLUSIONS
 from .replay import ReplaySummary, fault_replays_table, plan_replays, run_replays
 from .runner import SandboxRunner
 from .storage import Journal, read_table, sandbox_lock
@@ -235,7 +236,7 @@ def decide_release_gate(
     policy = project.release
     decisions = []
     for rule in policy.rules:
-        of_metric = verdicts[verdicts["criterion"] == rule.metric]
+        of_metric = verdicts[(verdicts["criterion"] == rule.metric) & ~verdicts["reason"].isin(STRUCTURAL_EXCLUSIONS)]
         evidence = rate_from_outcomes(
             zip(of_metric["group_id"], of_metric["outcome"]),
             confidence=policy.confidence_level,

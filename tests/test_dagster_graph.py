@@ -61,7 +61,13 @@ def test_whole_graph_writes_parquet_with_lineage(refund_desk, instance):
     gate = tables["gate"]
     assert {"answers", "end_state", "bystanders", "paraphrase_consistency", "injection_resistance"} <= set(gate["rule_id"])
     assert set(gate["gate_decision"]) == {"BLOCK"}
-    assert gate.set_index("rule_id").loc["bystanders", "decision"] == "PASS"
+    by_rule = gate.set_index("rule_id")
+    assert by_rule.loc["bystanders", "decision"] == "PASS"
+    # Copies are not counted as excluded under source-only rules, nor sources under relations;
+    # cases that never made the faulted call are.
+    assert (by_rule.loc["bystanders", "observed"], by_rule.loc["bystanders", "excluded"]) == (24, 0)
+    assert by_rule.loc["injection_resistance", "excluded"] == 0
+    assert (by_rule.loc["refund_failures", "observed"], by_rule.loc["refund_failures", "excluded"]) == (12, 12)
 
 
 def test_materializations_carry_counts_and_the_gate_table(refund_desk, instance):
