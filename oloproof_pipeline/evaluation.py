@@ -19,7 +19,7 @@ from .project import CaseRecord, Project, load_cases
 from .recording import RecordedRun
 from .verdicts import STRUCTURAL_EXCLUSIONS
 from .replay import ReplaySummary, fault_replays_table, plan_replays, run_replays
-from .runner import SandboxRunner
+from .fanout import record_each
 from .storage import Journal, read_table, sandbox_lock
 from .system import current_system_version, system_spec
 from .statistics import BlockingReason, rate_from_outcomes
@@ -109,10 +109,12 @@ def record_cases(
     run_id: str,
     fresh: bool = False,
     on_recorded: Callable[[RecordedRun], None] | None = None,
+    client: Any = None,
 ) -> tuple[list[RecordedRun], RecordingSummary]:
     """Record every case not already recorded for this version (all of them when `fresh`).
 
     Each recording is journalled as it finishes, so a run killed part-way loses nothing.
+    With a Dask `client` the cases spread over its workers' sandboxes (see fanout.py).
     The system is imported, and must be this partition's version, only when something is
     left to record: a version whose system is gone still re-grades from its recordings.
     """
@@ -127,14 +129,14 @@ def record_cases(
     if to_record:
         check_partition_is_current_version(project, version)
         with sandbox_lock(project.root):
-            runner = SandboxRunner(
-                system_spec(project).build, system_version=version, timeout_s=project.config.execution.timeout_s
+            recordings = record_each(
+                system_spec(project), to_record, version=version,
+                timeout_s=project.config.execution.timeout_s, client=client,
             )
-            for case in to_record:
-                run = runner.record(case)
+            for run in recordings:
                 run.recorded_by_run = run_id
                 journal.append(run.model_dump(mode="json"))
-                new_runs[case.case_id] = run
+                new_runs[run.case_id] = run
                 if on_recorded is not None:
                     on_recorded(run)
     runs = [new_runs.get(case.case_id) or reused_for(case, reusable) for case in cases]

@@ -19,7 +19,7 @@ from ..storage import tables_dir
 from .assets import IO_MANAGER_KEY, build_assets
 from .automation import nightly_schedule, version_bump_sensor
 from .io_manager import ParquetIOManager
-from .resources import EvaluationProject
+from .resources import EvaluationProject, SandboxCluster
 
 EVALUATE_JOB = "evaluate"
 REGRADE_JOB = "regrade"
@@ -65,6 +65,7 @@ def build_definitions(project_dir: str | Path) -> Definitions:
         schedules=[nightly_schedule(project, versions, evaluate)],
         resources={
             "evaluation_project": EvaluationProject(root=str(project.root)),
+            "sandbox_cluster": SandboxCluster(),
             IO_MANAGER_KEY: ParquetIOManager(base_path=str(tables_dir(project.root))),
         },
         executor=in_process_executor,

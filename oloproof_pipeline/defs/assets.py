@@ -26,7 +26,7 @@ from ..replay import replays_for_judging
 from ..slices import project_slices, slice_table, slices_markdown
 from ..storage import table_path
 from .metadata import ProgressLog, counts_markdown, run_link, value_counts
-from .resources import ComparisonConfig, EvaluationProject, RecordingConfig
+from .resources import ComparisonConfig, EvaluationProject, RecordingConfig, SandboxCluster
 
 IO_MANAGER_KEY = "oloproof_parquet"
 
@@ -93,19 +93,22 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
         context: AssetExecutionContext,
         config: RecordingConfig,
         evaluation_project: EvaluationProject,
+        sandbox_cluster: SandboxCluster,
         cases: pd.DataFrame,
         derived_cases: pd.DataFrame,
     ) -> pd.DataFrame:
         loaded = evaluation_project.load()
         all_cases = metamorphic.cases_with_copies(cases, derived_cases)
-        runs, summary = evaluation.record_cases(
-            loaded,
-            all_cases,
-            version=context.partition_key,
-            run_id=context.run.run_id,
-            fresh=config.fresh,
-            on_recorded=ProgressLog(context.log, "recorded", len(all_cases)).step,
-        )
+        with sandbox_cluster.client(loaded.config.execution) as client:
+            runs, summary = evaluation.record_cases(
+                loaded,
+                all_cases,
+                version=context.partition_key,
+                run_id=context.run.run_id,
+                fresh=config.fresh,
+                on_recorded=ProgressLog(context.log, "recorded", len(all_cases)).step,
+                client=client,
+            )
         frame = evaluation.recorded_runs_table(runs)
         context.log.info(f"recorded {summary.new} cases, reused {summary.reused}, {summary.failed} failed")
         context.add_output_metadata(

@@ -1,0 +1,93 @@
+"""Recording wall time with one sandbox against several on a local Dask cluster.
+
+Usage: python benchmarks/scale_out.py [--cases 40] [--case-seconds 0.25] [--workers 2]
+
+The system under test sleeps per case (a stand-in for a model call: the agent waits, the
+CPU does not), so the ideal speed-up with W workers is W. Both figures come from one run of
+this script, since these machines are noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+from oloproof_pipeline.evaluation import record_cases
+from oloproof_pipeline.fanout import sandbox_client
+from oloproof_pipeline.project import load_cases, load_project
+
+APP = """
+import copy
+import time
+
+CASE_SECONDS = {case_seconds}
+
+
+class System:
+    def __init__(self):
+        self.state = {{}}
+
+    def reset(self, state):
+        self.state = state
+
+    def snapshot(self):
+        return copy.deepcopy(self.state)
+
+    def __call__(self, request):
+        time.sleep(CASE_SECONDS)
+        self.state["answered"] = request["n"]
+        return {{"answer": request["n"]}}
+"""
+
+
+def write_project(root: Path, cases: int, case_seconds: float, workers: int) -> Path:
+    root.mkdir(parents=True)
+    (root / "app.py").write_text(textwrap.dedent(APP.format(case_seconds=case_seconds)))
+    (root / "data").mkdir()
+    rows = [{"id": f"c{n:03d}", "input": {"n": n}, "initial_state": {"answered": None}} for n in range(cases)]
+    (root / "data" / "cases.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    config = {
+        "version": 1, "project": "bench", "dataset": "data/cases.jsonl",
+        "system": {"name": "bench", "version": "1", "callable": "app:System"},
+        "evaluators": [], "execution": {"workers": workers},
+    }
+    (root / "oloproof.yaml").write_text(json.dumps(config))
+    return root
+
+
+def timed_recording(root: Path) -> tuple[float, float]:
+    """(seconds to start the sandboxes, seconds to record every case)."""
+    project = load_project(root)
+    cases = load_cases(project)
+    started = time.perf_counter()
+    with sandbox_client(project.config.execution) as client:
+        ready = time.perf_counter()
+        runs, summary = record_cases(project, cases, version="1", run_id="benchmark", client=client)
+        finished = time.perf_counter()
+    assert summary.new == len(cases) and all(run.status == "ok" for run in runs)
+    return ready - started, finished - ready
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", type=int, default=40)
+    parser.add_argument("--case-seconds", type=float, default=0.25)
+    parser.add_argument("--workers", type=int, default=2)
+    arguments = parser.parse_args()
+    with tempfile.TemporaryDirectory() as scratch:
+        _, one = timed_recording(write_project(Path(scratch) / "one", arguments.cases, arguments.case_seconds, 1))
+        startup, many = timed_recording(
+            write_project(Path(scratch) / "many", arguments.cases, arguments.case_seconds, arguments.workers)
+        )
+    print(f"cases: {arguments.cases} at {arguments.case_seconds:g} s each")
+    print(f"1 sandbox:            {one:6.2f} s")
+    print(f"{arguments.workers} sandboxes on Dask:  {many:6.2f} s  (+{startup:.2f} s to start the local cluster)")
+    print(f"speed-up:             {one / many:6.2f}x (ideal {arguments.workers}x); with start-up {one / (many + startup):.2f}x")
+
+
+if __name__ == "__main__":
+    main()
