@@ -202,8 +202,10 @@ class CaseRow(StrictModel):
     @classmethod
     def _events_have_steps(cls, events: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
         for index, event in enumerate(events or []):
-            if not isinstance(event.get("at_step"), int) or "event" not in event:
-                raise ValueError(f"events[{index}] needs an integer 'at_step' and an 'event' name")
+            at_step = event.get("at_step")
+            # A step is a completed tool call; what holds before the first belongs in the starting state.
+            if not isinstance(at_step, int) or isinstance(at_step, bool) or at_step < 1 or "event" not in event:
+                raise ValueError(f"events[{index}] needs an integer 'at_step' (1 or more) and an 'event' name")
         return events
 
     @model_validator(mode="after")

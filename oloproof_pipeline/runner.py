@@ -139,19 +139,26 @@ class SandboxRunner:
         system = self._system
         stateful = isinstance(system, Stateful)
         starting_state = starting_state_of(case)
+        toolbox = system_toolbox(system)
+        events_problem = scripted_events_problem(system, case)
+        if events_problem is not None:
+            return self._new_run(case, "error", error=events_problem)
         if stateful:
-            problem = self._reset(system, starting_state)
+            problem = self._reset(system, starting_state, case.snapshot)
             if problem is not None:
                 return self._new_run(case, "reset_not_clean", error=problem)
-        toolbox = system_toolbox(system)
         if toolbox is not None:
-            toolbox.begin(role=_role_of(case.input), replay=replay)
+            apply_event = getattr(system, "apply_event", None)
+            toolbox.begin(role=_role_of(case.input), replay=replay, events=case.events, apply_event=apply_event)
 
         call = call_with_timeout(lambda: system(copy.deepcopy(case.input)), self.timeout_s)
         if isinstance(call.error, CaseTimedOut):
             self._system = self._system_factory()  # the hung thread still holds the old one
             return self._new_run(case, "timeout", error=call.error_text, trajectory=_trajectory_of(system))
         trajectory = _trajectory_of(system)
+        if toolbox is not None and toolbox.event_failure is not None:
+            # Checked before the agent's own error: the agent may have swallowed EventFailed.
+            return self._new_run(case, "error", error=toolbox.event_failure, trajectory=trajectory)
         if isinstance(call.error, StepLimitReached):
             trajectory = trajectory or Trajectory()
             trajectory.terminal_status = "truncated"
@@ -191,7 +198,7 @@ class SandboxRunner:
         stateful = isinstance(system, Stateful)
         starting_state = starting_state_of(case)
         if stateful:
-            problem = self._reset(system, starting_state)
+            problem = self._reset(system, starting_state, case.snapshot)
             if problem is not None:
                 return ReplayResult(status="reset_not_clean", error=problem)
         arguments = (trajectory.model_copy(deep=True), checkpoint.model_copy(), change and change.model_copy(deep=True))
@@ -215,8 +222,10 @@ class SandboxRunner:
                 return ReplayResult(status=status, error=problem, trajectory=whole)
         return ReplayResult(status="ok", trajectory=whole, environment_state=environment_state)
 
-    def _reset(self, system: Any, starting_state: Any) -> str | None:
-        """Reset, then check the world really is the starting state; a problem as text."""
+    def _reset(self, system: Any, starting_state: Any, snapshot_name: str | None = None) -> str | None:
+        """Reset, then check the world really is the starting state: the state after reset
+        must hash (digests.state_digest) to the starting state's hash, so leftover state
+        never leaks into a case. A problem as text, naming the tables that differ."""
         reset = call_with_timeout(lambda: system.reset(copy.deepcopy(starting_state)), self.timeout_s)
         if reset.error is not None:
             return f"reset() failed: {reset.error_text}"
@@ -227,13 +236,32 @@ class SandboxRunner:
             observed = as_json(snapshot.value)
         except (TypeError, ValueError) as error:
             return f"snapshot() after reset is not JSON: {error}"
-        if observed != as_json(starting_state):
+        expected_hash, observed_hash = state_digest(as_json(starting_state)), state_digest(observed)
+        if observed_hash != expected_hash:
             tables = ", ".join(state_difference(starting_state, observed))
-            return f"the state after reset differs from the starting state in: {tables}"
+            what = f"snapshot {snapshot_name!r}" if snapshot_name else "the starting state"
+            return (
+                f"the state after reset hashes to {observed_hash}, not to {what}'s {expected_hash}; "
+                f"tables that differ: {tables}"
+            )
         return None
 
 
 NOT_REPLAYABLE = "the system neither uses the tool box nor has a replay(trajectory, *, checkpoint, change) method"
+
+
+def scripted_events_problem(system: Any, case: CaseRecord) -> str | None:
+    """Why a case's scripted events cannot be applied to this system, or None."""
+    if not case.events:
+        return None
+    if system_toolbox(system) is None:
+        return (
+            "the case has scripted events, but the system does not use the tool box, "
+            "which counts the steps they are timed by"
+        )
+    if not callable(getattr(system, "apply_event", None)):
+        return "the case has scripted events, but the system has no apply_event(event) method to hand them to"
+    return None
 
 
 def has_own_replay(system: Any) -> bool:

@@ -44,16 +44,17 @@ class SystemSpec:
         return load_callable(Path(self.project_root), self.callable)
 
 
-def load_callable(project_root: Path, reference: str) -> Any:
+def load_callable(project_root: Path, reference: str, *, where: str | None = None) -> Any:
     """Import `module:attr` with the module's file found relative to the project folder.
 
     Each project's modules get names of their own, so two projects that both ship an
     `app.py` never share one module; every call imports afresh, so a version bump made
-    while a process runs (the sensor's case) is seen.
+    while a process runs (the sensor's case) is seen. `where` names the setting in errors
+    (default `system.callable`).
     """
     module_name, _, attribute_path = reference.partition(":")
     module_file = project_root.joinpath(*module_name.split(".")).with_suffix(".py")
-    where = f"{project_root / PROJECT_FILE}: system.callable"
+    where = where or f"{project_root / PROJECT_FILE}: system.callable"
     if not module_file.is_file():
         raise ProjectError(f"{where}: no module file {module_file}")
     unique_name = "oloproof_system_" + re.sub(r"\W", "_", f"{project_root.name}_{module_name}")

@@ -1,6 +1,12 @@
 """The project's tool box: a system that dispatches its tools through it gets its steps,
 checkpoints and constraints recorded without any bookkeeping of its own, and a working
-replay (the runner hands the tool box a `ReplayScript`) without writing one."""
+replay (the runner hands the tool box a `ReplayScript`) without writing one.
+
+It also counts the steps a case's scripted events are timed by: a step is one completed tool
+call (the call and its result). An event `{"at_step": 4, ...}` is handed to the system's
+`apply_event(event)` once, right after the 4th tool call returns and before the agent sees
+that result, and recorded as a step of kind `event`. A replay re-applies the same events at the
+same counts, since calls the replay serves or fails count like calls that ran."""
 
 from __future__ import annotations
 
@@ -79,6 +85,13 @@ class StepLimitReached(Exception):
     """The system made more tool calls than the tool box allows; the case ends `truncated`."""
 
 
+class EventFailed(Exception):
+    """The system's `apply_event` raised: the case is an error (the world is not as scripted)."""
+
+
+EventHandler = Callable[[dict[str, Any]], Any]
+
+
 class ToolBox:
     """Holds a system's tools and records every call made through `call`.
 
@@ -94,6 +107,10 @@ class ToolBox:
         self._trajectory = Trajectory()
         self._replay: ReplayScript | None = None
         self._diverged = False
+        self._events: list[dict[str, Any]] = []
+        self._apply_event: EventHandler | None = None
+        # Why a scripted event could not be applied (the runner makes the case an error).
+        self.event_failure: str | None = None
 
     def register(self, name: str, tool: Tool) -> None:
         self._tools[name] = tool
@@ -104,12 +121,26 @@ class ToolBox:
 
     # -- used by the runner ------------------------------------------------------------
 
-    def begin(self, *, role: str | None = None, replay: ReplayScript | None = None) -> None:
-        """Start recording a new case; with `replay`, a replay of a recorded one."""
+    def begin(
+        self,
+        *,
+        role: str | None = None,
+        replay: ReplayScript | None = None,
+        events: list[dict[str, Any]] | None = None,
+        apply_event: EventHandler | None = None,
+    ) -> None:
+        """Start recording a new case; with `replay`, a replay of a recorded one. `events` are
+        the case's scripted events, handed to `apply_event` as their steps complete."""
+        if events and apply_event is None:
+            raise ValueError("scripted events need an apply_event(event) to hand them to")
         self._trajectory = Trajectory()
         self.role = role
         self._replay = replay
         self._diverged = False
+        # Stable order: by step, then as listed in the case.
+        self._events = sorted((copy.deepcopy(event) for event in events or []), key=lambda event: event["at_step"])
+        self._apply_event = apply_event
+        self.event_failure = None
 
     def trajectory(self) -> Trajectory:
         return self._trajectory.model_copy(deep=True)
@@ -129,6 +160,7 @@ class ToolBox:
         steps.append(Step(kind="tool_call", tool=name, arguments=copy.deepcopy(arguments), role=self.role))
         result = self._result_for(calls_so_far, name, arguments)
         steps.append(Step(kind="tool_result", tool=name, result=copy.deepcopy(result)))
+        self._apply_events_due(calls_so_far + 1)
         return result
 
     def constraint(self, name: str, passed: bool, detail: str | None = None) -> None:
@@ -142,6 +174,18 @@ class ToolBox:
 
     def finish(self, status: TerminalStatus) -> None:
         self._trajectory.terminal_status = status
+
+    def _apply_events_due(self, steps_completed: int) -> None:
+        """Apply, once each, the events scripted for after step `steps_completed`."""
+        while self._events and self._events[0]["at_step"] <= steps_completed:
+            event = self._events.pop(0)
+            self._trajectory.steps.append(Step(kind="event", event=copy.deepcopy(event)))
+            try:
+                self._apply_event(copy.deepcopy(event))
+            except Exception as error:
+                where = f"apply_event({event['event']!r} at step {event['at_step']})"
+                self.event_failure = f"{where} failed: {type(error).__name__}: {error}"
+                raise EventFailed(self.event_failure) from error
 
     def _result_for(self, index: int, name: str, arguments: dict[str, Any]) -> Any:
         """What the agent gets for its `index`-th call: live, or as the replay script says."""
