@@ -304,6 +304,53 @@ def test_a_custom_criterion_names_the_verdict():
     assert (verdict.criterion, verdict.outcome) == ("refund_recorded", "PASS")
 
 
+# -- state_matches: ignored paths and row tables --------------------------------------------
+
+NOTES = {"notes": [{"author": "analyst", "text": "ready"}, {"author": "approver", "text": "cleared"}]}
+
+
+def test_ignored_paths_leave_free_text_out_of_the_comparison_and_its_rows():
+    after = {"notes": [{"author": "analyst", "text": "Looks ready!"}, {"author": "approver", "text": "ok"}]}
+
+    verdict = judge_state({"mode": "exact", "ignore": ["notes.*.text"]}, NOTES, after)
+
+    assert verdict.outcome == "PASS"
+    assert [row["path"] for row in verdict.details] == ["notes"]
+    assert row_for(verdict, "notes")["actual"] == [{"author": "analyst"}, {"author": "approver"}]
+
+
+def test_ignored_paths_do_not_hide_a_change_beside_them():
+    after = {"notes": [{"author": "analyst", "text": "x"}, {"author": "analyst", "text": "y"}]}
+
+    verdict = judge_state({"ignore": ["notes.*.text"]}, NOTES, after)
+
+    assert (verdict.outcome, verdict.reason) == ("FAIL", "state_differs: notes")
+
+
+def test_rows_matched_by_key_compare_independent_of_order_and_name_a_missing_row():
+    expected = {"waivers": [{"condition_id": "B", "by": "approver"}, {"condition_id": "A", "by": "approver"}]}
+    config = {"match_rows_by": {"waivers": "condition_id"}}
+
+    reordered = judge_state(config, expected, {"waivers": [{"condition_id": "A", "by": "approver", "reason": "r"},
+                                                           {"condition_id": "B", "by": "approver"}]})
+    assert reordered.outcome == "PASS"
+    assert row_for(reordered, "waivers.A.by") == {"path": "waivers.A.by", "expected": "approver", "actual": "approver", "matched": True}
+
+    missing = judge_state(config, expected, {"waivers": [{"condition_id": "A", "by": "approver"}]})
+    assert (missing.outcome, missing.reason) == ("FAIL", "state_differs: waivers.B.condition_id")
+    assert row_for(missing, "waivers.B.by")["absent"] is True
+
+
+def test_a_repeated_row_key_shows_as_a_row_of_its_own():
+    expected = {"waivers": [{"condition_id": "A"}]}
+    after = {"waivers": [{"condition_id": "A"}, {"condition_id": "A"}]}
+
+    verdict = judge_state({"match_rows_by": {"waivers": "condition_id"}}, expected, after)
+
+    assert verdict.outcome == "FAIL"
+    assert row_for(verdict, "waivers.A#2")["expected_absent"] is True
+
+
 # -- state_unchanged -----------------------------------------------------------------------
 
 

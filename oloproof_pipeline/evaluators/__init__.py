@@ -15,8 +15,10 @@ from .base import Evaluator, EvaluatorConfig, JudgingContext
 from .exact_match import ExactMatch
 from .fault_recovery import FaultRecovery
 from .metamorphic_relation import MetamorphicRelation
+from .python_grader import PythonGrader
 from .state_matches import StateMatches
 from .state_unchanged import StateUnchanged
+from .trace import Trace
 
 EVALUATOR_TYPES: dict[str, type[Evaluator]] = {
     ExactMatch.type: ExactMatch,
@@ -24,6 +26,8 @@ EVALUATOR_TYPES: dict[str, type[Evaluator]] = {
     StateUnchanged.type: StateUnchanged,
     FaultRecovery.type: FaultRecovery,
     MetamorphicRelation.type: MetamorphicRelation,
+    Trace.type: Trace,
+    PythonGrader.type: PythonGrader,
 }
 
 
@@ -41,11 +45,21 @@ def build_evaluators(
             continue
         evaluator_class = EVALUATOR_TYPES[kind]
         try:
-            evaluators.append(evaluator_class(evaluator_class.config_model.model_validate(config)))
+            evaluator = evaluator_class(evaluator_class.config_model.model_validate(config))
         except ValidationError as error:
             problems.extend(
                 describe_validation_error(error, file, loc_prefix=("evaluators", index), yaml_root=yaml_root)
             )
+            continue
+        locate = getattr(evaluator, "locate", None)
+        if locate is not None:  # evaluators that load project files (a python grader's module)
+            line = yaml_line(yaml_root, ("evaluators", index, "function"))
+            try:
+                locate(Path(file).parent, f"{file}:{line}: evaluators[{index}].function")
+            except ProjectError as error:
+                problems.extend(error.problems)
+                continue
+        evaluators.append(evaluator)
     if problems:
         raise ProjectError(problems)
     return evaluators

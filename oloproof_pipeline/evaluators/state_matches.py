@@ -4,6 +4,12 @@ DeepDiff finds the differences; a walk over the expected leaves turns them into 
 row per compared path, so a person sees what matched as well as what did not. Dicts are walked
 key by key (subset mode lets the actual state carry extra keys); anything else, lists included,
 is one leaf compared whole and in order.
+
+`match_rows_by` compares a table of row objects by a key field instead of by position, and
+`ignore` leaves paths out of the comparison (see `state_views`). A keyed table named in the
+expected state holds exactly its rows: a missing row and, in subset mode too, an extra row
+(a waiver that should not exist) are differences, each shown as a row of the details; within
+a row, the mode decides as everywhere else.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from ..recording import RecordedRun
 from ..verdicts import Verdict
 from .base import Evaluator, EvaluatorConfig, JudgingContext
 from .paths import ABSENT, DottedPath, absent_as_none, join_path, read_keys, read_path, split_path
+from .state_views import GlobPath, glob_matches, state_view
 
 Mode = Literal["exact", "subset"]
 ADDED = "dictionary_item_added"
@@ -96,13 +103,21 @@ class StateComparison:
 
     mode: Mode = "exact"
     tolerance: float | None = None
+    # Glob paths (split) of keyed row tables: an added row there differs even in subset mode.
+    row_tables: tuple[tuple[str, ...], ...] = ()
+
+    def is_row(self, keys: Sequence[Any]) -> bool:
+        return bool(keys) and any(glob_matches(table, keys[:-1]) for table in self.row_tables)
+
+    def tolerates_added(self, keys: Sequence[Any]) -> bool:
+        return self.mode == "subset" and not self.is_row(keys)
 
     def rows(self, path: str, expected: Any, actual: Any) -> list[dict[str, Any]]:
         base = split_path(path)
         if expected is ABSENT or actual is ABSENT:
             return self._rows_with_absence(base, expected, actual)
         found = differences(expected, actual, self.tolerance)
-        differing = [keys for kind, keys, _ in found if not (kind == ADDED and self.mode == "subset")]
+        differing = [keys for kind, keys, _ in found if not (kind == ADDED and self.tolerates_added(base + keys))]
         rows = [
             state_row(
                 base + leaf,
@@ -112,8 +127,11 @@ class StateComparison:
             )
             for leaf in leaf_keys(expected)
         ]
-        if self.mode == "exact":
-            rows += [state_row(base + keys, ABSENT, value, matched=False) for kind, keys, value in found if kind == ADDED]
+        rows += [
+            state_row(base + keys, ABSENT, value, matched=False)
+            for kind, keys, value in found
+            if kind == ADDED and not self.tolerates_added(base + keys)
+        ]
         return rows
 
     def _rows_with_absence(self, base: list[str], expected: Any, actual: Any) -> list[dict[str, Any]]:
@@ -133,6 +151,10 @@ class StateMatchesConfig(EvaluatorConfig):
     # None compares the whole state.
     paths: list[DottedPath] | None = Field(default=None, min_length=1)
     tolerance: float | None = Field(default=None, ge=0)
+    # Left out of the comparison on both sides, e.g. free text: `notes.*.text`.
+    ignore: list[GlobPath] = Field(default_factory=list)
+    # Row tables compared by a key field, e.g. {waivers: condition_id}, independent of order.
+    match_rows_by: dict[GlobPath, str] = Field(default_factory=dict)
 
 
 class StateMatches(Evaluator):
@@ -140,22 +162,27 @@ class StateMatches(Evaluator):
     config_model: ClassVar[type[EvaluatorConfig]] = StateMatchesConfig
     config: StateMatchesConfig
 
+    def view(self, state: Any) -> Any:
+        return state_view(state, ignore=self.config.ignore, rows=self.config.match_rows_by)
+
     def judge(self, case: CaseRecord, recording: RecordedRun, context: JudgingContext) -> Verdict:
-        expected_state = expected_state_of(case)
+        expected_state = self.view(expected_state_of(case))
         if expected_state is ABSENT:
             return self.verdict(case, "EXCLUDED", "no_expected_state")
         if recording.environment_state is None:
             return self.verdict(case, "MISSING", "no_recorded_state")
+        state_after = self.view(recording.state_after)
         paths = self.config.paths or [""]
         unstated = [path for path in paths if read_path(expected_state, path) is ABSENT]
         if unstated:
             # The case says nothing about these paths: judging only the rest would pass it on less.
             return self.verdict(case, "EXCLUDED", "path_not_expected", {"paths": unstated})
-        comparison = StateComparison(self.config.mode, self.config.tolerance)
+        row_tables = tuple(tuple(split_path(table)) for table in self.config.match_rows_by)
+        comparison = StateComparison(self.config.mode, self.config.tolerance, row_tables)
         rows = [
             row
             for path in paths
-            for row in comparison.rows(path, read_path(expected_state, path), read_path(recording.state_after, path))
+            for row in comparison.rows(path, read_path(expected_state, path), read_path(state_after, path))
         ]
         first = first_difference(rows)
         if first is None:
