@@ -168,11 +168,33 @@ def show_gate(project_dir: Path, version: str) -> None:
         )
     rows = rows_from_frame(frame, GATE_NESTED)
     console.print(gate_table(rows, version))
+    show_violations(project_dir, version)
     decision = rows[0]["gate_decision"] if rows else "ALLOW"
     reasons = rows[0]["gate_reasons"] if rows else []
     colour = "green" if decision == "ALLOW" else "red"
     console.print(f"Gate: [bold {colour}]{decision}[/]" + (f"  ({'; '.join(reasons)})" if reasons else ""))
     raise typer.Exit(gate_exit_code(rows))
+
+
+def show_violations(project_dir: Path, version: str) -> None:
+    """The flaws the graders caught, by criterion and rule, with a few cases named."""
+    from .tables import VERDICT_NESTED
+    from .violations import violation_summary
+
+    frame = read_table(project_dir.resolve(), "verdicts", version)
+    summary = violation_summary(rows_from_frame(frame, VERDICT_NESTED)) if frame is not None else []
+    if not summary:
+        return
+    table = Table(title="Violations caught (step = tool call number)", title_justify="left")
+    for column in ("criterion", "rule", "cases", "violations"):
+        table.add_column(column, no_wrap=True)
+    table.add_column("for example", overflow="fold", min_width=30)
+    for entry in summary:
+        table.add_row(
+            entry["criterion"], ", ".join(entry["rules"]), str(entry["cases"]), str(entry["violations"]),
+            "; ".join(entry["examples"]),
+        )
+    console.print(table)
 
 
 def gate_exit_code(rows: list[dict]) -> int:
@@ -264,11 +286,15 @@ def inspect(
             state.add_row(row["criterion"], row["path"], json_text(row.get("expected")), json_text(row.get("actual")), matched)
         console.print(state)
     calls = Table(title="tool calls", title_justify="left")
-    for column in ("#", "tool", "arguments", "result"):
+    with_roles = any(call.get("role") for call in panel.tool_calls)
+    for column in ("#", "tool", *(("role",) if with_roles else ()), "arguments", "result"):
         calls.add_column(column, overflow="fold")
     for index, call in enumerate(panel.tool_calls, start=1):
-        calls.add_row(str(index), call["tool"], json_text(call["arguments"]), json_text(call["result"]))
+        role = (call.get("role") or "-",) if with_roles else ()
+        calls.add_row(str(index), call["tool"], *role, json_text(call["arguments"]), json_text(call["result"]))
     console.print(calls)
+    for event in panel.events:
+        console.print(f"scripted event after call {event['after_step']}: {json_text(event['event'])}", highlight=False)
     for constraint in panel.constraints:
         mark = "[green]kept[/]" if constraint.get("passed") else "[red]broken[/]"
         console.print(f"constraint {constraint['name']}: {mark} {constraint.get('detail') or ''}", highlight=False)

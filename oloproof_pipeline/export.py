@@ -7,28 +7,21 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .results import VersionResults
+from .violations import case_violations
 
 SCORES = {"PASS": 1.0, "FAIL": 0.0}
 
 
 def result_lines(results: VersionResults) -> Iterator[dict[str, Any]]:
-    """`task_id`, `run_id`, a score per grader (1 PASS, 0 FAIL, null MISSING; EXCLUDED left out)
-    and the constraints the run violated (recorded by the system or failed trace graders)."""
+    """One line per case and run: `task_id`, `run_id`, `system_version`, `status`, a score per
+    grader (1 PASS, 0 FAIL, null MISSING; EXCLUDED left out), every grader's `outcomes`, and
+    `violated_constraints`: the violations any FAIL verdict's details carry (trace and python
+    graders) and the constraints the system recorded as broken, each
+    `{source, criterion, rule, step, tool, record, detail}` (see `violations.py`)."""
     for case in results.cases:
         case_id = case["case_id"]
         recording = results.recording(case_id) or {}
         verdicts = results.verdicts_of(case_id)
-        trajectory = recording.get("trajectory") or {}
-        violated = [
-            {"name": constraint["name"], "detail": constraint.get("detail"), "step": constraint.get("step")}
-            for constraint in trajectory.get("constraints") or []
-            if not constraint.get("passed")
-        ]
-        violated += [
-            {"name": verdict["criterion"], "detail": verdict["reason"], "step": None}
-            for verdict in verdicts
-            if verdict["outcome"] == "FAIL" and verdict["criterion"].startswith("trace_")
-        ]
         yield {
             "task_id": case_id,
             "run_id": recording.get("recorded_by_run"),
@@ -40,7 +33,7 @@ def result_lines(results: VersionResults) -> Iterator[dict[str, Any]]:
                 if verdict["outcome"] != "EXCLUDED"
             },
             "outcomes": {verdict["criterion"]: verdict["outcome"] for verdict in verdicts},
-            "violated_constraints": violated,
+            "violated_constraints": case_violations(verdicts, recording),
         }
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .results import VersionResults, compared_paths, tool_calls
+from .results import VersionResults, compared_paths, scripted_events, tool_calls
 from .storage import reports_dir
 
 
@@ -26,6 +26,7 @@ class CasePanel:
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     verdicts: list[dict[str, Any]] = field(default_factory=list)
     constraints: list[dict[str, Any]] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def failing(self) -> bool:
@@ -53,6 +54,7 @@ def case_panel(results: VersionResults, case_id: str) -> CasePanel | None:
         tool_calls=tool_calls(recording),
         verdicts=verdicts,
         constraints=trajectory.get("constraints") or [],
+        events=scripted_events(recording),
     )
 
 
@@ -148,6 +150,9 @@ def _case_section(panel: CasePanel) -> str:
         parts.append(_table(["criterion", "path", "expected", "actual", "matched"], state_rows))
     if call_rows:
         parts.append(_table(["#", "tool", "arguments", "result"], call_rows))
+    if panel.events:
+        event_rows = [[str(event["after_step"]), _json(event["event"])] for event in panel.events]
+        parts.append(_table(["after call #", "scripted event"], event_rows))
     parts.append("</section>")
     return "".join(parts)
 

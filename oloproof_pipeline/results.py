@@ -91,6 +91,17 @@ def tool_calls(recording: dict[str, Any] | None) -> list[dict[str, Any]]:
     return calls
 
 
+def scripted_events(recording: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The events applied during the recording, each with the tool calls made before it."""
+    steps = ((recording or {}).get("trajectory") or {}).get("steps") or []
+    events, calls = [], 0
+    for step in steps:
+        calls += step.get("kind") == "tool_call"
+        if step.get("kind") == "event":
+            events.append({"after_step": calls, "event": step.get("event")})
+    return events
+
+
 def compared_paths(verdict: dict[str, Any]) -> list[dict[str, Any]]:
     """State evaluators' details rows ({path, expected, actual, matched}); empty for others."""
     details = verdict.get("details")
