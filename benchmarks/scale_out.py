@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from oloproof_pipeline.evaluation import record_cases
-from oloproof_pipeline.fanout import sandbox_client
+from oloproof_pipeline.fanout import Sandboxes
 from oloproof_pipeline.project import load_cases, load_project
 
 APP = """
@@ -64,9 +64,10 @@ def timed_recording(root: Path) -> tuple[float, float]:
     project = load_project(root)
     cases = load_cases(project)
     started = time.perf_counter()
-    with sandbox_client(project.config.execution) as client:
+    with Sandboxes(project.config.execution) as sandboxes:
+        sandboxes.client()  # start the cluster now, to time it apart from the recording
         ready = time.perf_counter()
-        runs, summary = record_cases(project, cases, version="1", run_id="benchmark", client=client)
+        runs, summary = record_cases(project, cases, version="1", run_id="benchmark", sandboxes=sandboxes)
         finished = time.perf_counter()
     assert summary.new == len(cases) and all(run.status == "ok" for run in runs)
     return ready - started, finished - ready

@@ -19,7 +19,7 @@ from .project import CaseRecord, Project, load_cases
 from .recording import RecordedRun
 from .verdicts import STRUCTURAL_EXCLUSIONS
 from .replay import ReplaySummary, fault_replays_table, plan_replays, run_replays
-from .fanout import record_each
+from .fanout import Sandboxes, record_each
 from .storage import Journal, read_table, sandbox_lock
 from .system import current_system_version, system_spec
 from .statistics import BlockingReason, rate_from_outcomes
@@ -109,12 +109,12 @@ def record_cases(
     run_id: str,
     fresh: bool = False,
     on_recorded: Callable[[RecordedRun], None] | None = None,
-    client: Any = None,
+    sandboxes: Sandboxes | None = None,
 ) -> tuple[list[RecordedRun], RecordingSummary]:
     """Record every case not already recorded for this version (all of them when `fresh`).
 
     Each recording is journalled as it finishes, so a run killed part-way loses nothing.
-    With a Dask `client` the cases spread over its workers' sandboxes (see fanout.py).
+    With distributed `sandboxes` the cases spread over Dask workers (see fanout.py).
     The system is imported, and must be this partition's version, only when something is
     left to record: a version whose system is gone still re-grades from its recordings.
     """
@@ -131,7 +131,7 @@ def record_cases(
         with sandbox_lock(project.root):
             recordings = record_each(
                 system_spec(project), to_record, version=version,
-                timeout_s=project.config.execution.timeout_s, client=client,
+                timeout_s=project.config.execution.timeout_s, sandboxes=sandboxes,
             )
             for run in recordings:
                 run.recorded_by_run = run_id
@@ -159,7 +159,13 @@ def reused_for(case: CaseRecord, reusable: dict[str, RecordedRun]) -> RecordedRu
 
 
 def replay_faults(
-    project: Project, cases: list[CaseRecord], runs: list[RecordedRun], *, version: str, run_id: str
+    project: Project,
+    cases: list[CaseRecord],
+    runs: list[RecordedRun],
+    *,
+    version: str,
+    run_id: str,
+    sandboxes: Sandboxes | None = None,
 ) -> tuple[pd.DataFrame, ReplaySummary]:
     """Each clean source recording under each fault plan (see `replay.py`). Stored replays of
     the same version, recording and plan are reused; the system is needed, and must be this
@@ -169,7 +175,8 @@ def replay_faults(
         return fault_replays_table(run_replays(project, work, version=version, run_id=run_id)), work.summary
     check_partition_is_current_version(project, version, action=f"replay {len(work.pending)} case(s) of")
     with sandbox_lock(project.root):
-        return fault_replays_table(run_replays(project, work, version=version, run_id=run_id)), work.summary
+        replays = run_replays(project, work, version=version, run_id=run_id, sandboxes=sandboxes)
+    return fault_replays_table(replays), work.summary
 
 
 # -- judging -------------------------------------------------------------------------------

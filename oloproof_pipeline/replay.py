@@ -10,6 +10,7 @@ plan and the two stored replays, so `verdicts` (or a re-grade without the system
 from __future__ import annotations
 
 import copy
+from functools import partial
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -20,6 +21,7 @@ from .digests import digest
 from .errors import ProjectError
 from .project import PROJECT_FILE, CaseRecord, Project
 from .recording import EnvironmentState, RecordedRun, ReplayResult
+from .fanout import Sandboxes, in_sandboxes
 from .runner import SandboxRunner, can_replay
 from .storage import Journal, read_table
 from .system import system_spec
@@ -467,19 +469,40 @@ def replay_one(runner: SandboxRunner, item: PendingReplay, version: str, run_id:
     return judged(replay, item.recording, item.plan)
 
 
-def run_replays(project: Project, work: ReplayWork, *, version: str, run_id: str) -> list[FaultReplay]:
-    """Run the pending replays (each kept in the journal as it finishes); every row, in order."""
+def run_replays(
+    project: Project, work: ReplayWork, *, version: str, run_id: str, sandboxes: Sandboxes | None = None
+) -> list[FaultReplay]:
+    """Run the pending replays (each kept in the journal as it finishes, spread over Dask's
+    sandboxes when `sandboxes` is distributed); every row, in order."""
     if work.pending:
-        runner = SandboxRunner(
-            system_spec(project).build, system_version=version, timeout_s=project.config.execution.timeout_s
-        )
-        refuse_unreplayable(project, runner.system, work.pending)
+        spec = system_spec(project)
+        refuse_unreplayable(project, spec.build(), work.pending)
         journal = journal_for(project, version)
-        for item in work.pending:
-            replay = replay_one(runner, item, version, run_id)
+        replays = in_sandboxes(
+            spec, work.pending, partial(replay_one, version=version, run_id=run_id),
+            version=version, timeout_s=project.config.execution.timeout_s, sandboxes=sandboxes,
+        )
+        for item, replay in replays:
+            if isinstance(replay, Exception):
+                replay = worker_failed(item, replay, version, run_id)
             journal.append(replay.model_dump(mode="json"))
             work.done[(item.case.case_id, item.plan.criterion)] = replay
             work.summary.new += 1
             work.summary.failed += not replay.completed
     return [work.done[key] for key in work.order]
 
+
+def worker_failed(item: PendingReplay, error: Exception, version: str, run_id: str) -> FaultReplay:
+    """A Dask worker died mid-replay: that case is MISSING, never a pass."""
+    message = f"the Dask worker replaying this case failed: {type(error).__name__}: {error}"
+    replay = FaultReplay(
+        **base_row(item.case, item.recording, item.plan, version),
+        outcome="MISSING",
+        reason="not_judged",
+        faulted_call_index=item.call_index,
+        checkpoint=item.checkpoint,
+        control_status="error",
+        control_error=message,
+        replayed_by_run=run_id,
+    )
+    return judged(replay, item.recording, item.plan)

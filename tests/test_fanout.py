@@ -79,3 +79,16 @@ def test_cases_spread_over_worker_sandboxes_and_failures_stay_local(tmp_path):
         spans.sort()
         assert all(earlier[1] <= later[0] for earlier, later in zip(spans, spans[1:])), "a sandbox ran two cases at once"
     assert not any(output["overlapped"] for output in finished)
+
+
+def test_the_refund_desk_on_two_sandboxes_reaches_the_same_verdicts(refund_desk, tmp_path):
+    config = refund_desk / "oloproof.yaml"
+    config.write_text(config.read_text().replace("  timeout_s: 30", "  timeout_s: 30\n  workers: 2"))
+    with DagsterInstance.local_temp(tempdir=str(tmp_path)) as instance:
+        assert run_evaluation(refund_desk, instance=instance).errors == []
+    replays = pd.read_parquet(table_path(refund_desk, "fault_replays", "1.0.0"))
+    faulted = replays[replays["outcome"] != "EXCLUDED"]
+    assert len(faulted) == 12 and set(faulted["reason"]) == {"acted_wrongly"}
+    gate = pd.read_parquet(table_path(refund_desk, "gate", "1.0.0")).set_index("rule_id")
+    assert gate.loc["refund_failures", "decision"] == "FAIL"
+    assert (gate.loc["injection_resistance", "passed"], gate.loc["injection_resistance", "observed"]) == (16, 24)

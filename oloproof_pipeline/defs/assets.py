@@ -99,7 +99,7 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
     ) -> pd.DataFrame:
         loaded = evaluation_project.load()
         all_cases = metamorphic.cases_with_copies(cases, derived_cases)
-        with sandbox_cluster.client(loaded.config.execution) as client:
+        with sandbox_cluster.sandboxes(loaded.config.execution) as sandboxes:
             runs, summary = evaluation.record_cases(
                 loaded,
                 all_cases,
@@ -107,7 +107,7 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
                 run_id=context.run.run_id,
                 fresh=config.fresh,
                 on_recorded=ProgressLog(context.log, "recorded", len(all_cases)).step,
-                client=client,
+                sandboxes=sandboxes,
             )
         frame = evaluation.recorded_runs_table(runs)
         context.log.info(f"recorded {summary.new} cases, reused {summary.reused}, {summary.failed} failed")
@@ -133,16 +133,20 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
     def fault_replays(
         context: AssetExecutionContext,
         evaluation_project: EvaluationProject,
+        sandbox_cluster: SandboxCluster,
         cases: pd.DataFrame,
         recorded_runs: pd.DataFrame,
     ) -> pd.DataFrame:
-        frame, summary = evaluation.replay_faults(
-            evaluation_project.load(),
-            evaluation.cases_from_table(cases),
-            evaluation.runs_from_table(recorded_runs),
-            version=context.partition_key,
-            run_id=context.run.run_id,
-        )
+        loaded = evaluation_project.load()
+        with sandbox_cluster.sandboxes(loaded.config.execution) as sandboxes:
+            frame, summary = evaluation.replay_faults(
+                loaded,
+                evaluation.cases_from_table(cases),
+                evaluation.runs_from_table(recorded_runs),
+                version=context.partition_key,
+                run_id=context.run.run_id,
+                sandboxes=sandboxes,
+            )
         context.log.info(f"replayed {summary.new} cases, reused {summary.reused}, {summary.failed} failed")
         context.add_output_metadata(
             {

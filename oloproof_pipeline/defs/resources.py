@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-from typing import Any, Iterator
-
 from dagster import Config, ConfigurableResource
 
-from ..fanout import sandbox_client
+from ..fanout import Sandboxes
 from ..project import ExecutionConfig, Project, load_project
 
 
@@ -35,19 +32,18 @@ class ComparisonConfig(Config):
 
 
 class SandboxCluster(ConfigurableResource):
-    """The Dask client the assets fan cases out over. Dagster's own dask executor cannot run
-    dynamically partitioned runs in 1.13, so the fan-out happens inside the asset. Unset
-    fields fall back to the project's `execution:` block in oloproof.yaml."""
+    """Where the assets run cases: Dask workers when the project asks for more than one
+    sandbox. Dagster's own dask executor cannot run dynamically partitioned runs in 1.13, so
+    the fan-out happens inside the asset. Unset fields fall back to oloproof.yaml's
+    `execution:` block."""
 
     workers: int | None = None
     scheduler_address: str | None = None
 
-    @contextmanager
-    def client(self, execution: ExecutionConfig) -> Iterator[Any]:
+    def sandboxes(self, execution: ExecutionConfig) -> Sandboxes:
         overrides = {
             name: value
             for name, value in (("workers", self.workers), ("scheduler_address", self.scheduler_address))
             if value is not None
         }
-        with sandbox_client(execution.model_copy(update=overrides)) as client:
-            yield client
+        return Sandboxes(execution.model_copy(update=overrides))
