@@ -41,6 +41,7 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
     prefix = [project.name]
     code_version = evaluation.code_versions(project)
     common = {"key_prefix": prefix, "group_name": project.name, "io_manager_key": IO_MANAGER_KEY}
+    per_version = {**common, "partitions_def": versions}
 
     def upstream(*names: str) -> dict[str, AssetIn]:
         """Inputs loaded from this project's assets of the same names."""
@@ -82,8 +83,7 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
         return frame
 
     @asset(
-        **common,
-        partitions_def=versions,
+        **per_version,
         ins=upstream("cases", "derived_cases"),
         code_version=code_version["recorded_runs"],
         pool=sandbox_pool(project),
@@ -122,8 +122,7 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
         return frame
 
     @asset(
-        **common,
-        partitions_def=versions,
+        **per_version,
         ins=upstream("cases", "recorded_runs"),
         code_version=code_version["fault_replays"],
         pool=sandbox_pool(project),
@@ -159,8 +158,7 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
         return frame
 
     @asset(
-        **common,
-        partitions_def=versions,
+        **per_version,
         ins=upstream("cases", "derived_cases", "recorded_runs", "fault_replays"),
         code_version=code_version["verdicts"],
         description="One verdict per case and criterion, naming the runs that recorded and judged it.",
@@ -194,8 +192,7 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
         return frame
 
     @asset(
-        **common,
-        partitions_def=versions,
+        **per_version,
         ins=upstream("cases", "derived_cases", "recorded_runs", "verdicts", "slices"),
         code_version=code_version["gate"],
         description="The release gate: a decision per rule with its interval, and ALLOW or BLOCK.",
@@ -233,8 +230,7 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
         return frame
 
     @asset(
-        **common,
-        partitions_def=versions,
+        **per_version,
         ins=upstream("cases", "derived_cases", "recorded_runs", "verdicts"),
         code_version=code_version["slices"],
         description="Exploratory rates per slice bucket (tool calls, steps, metadata) with "
