@@ -22,37 +22,34 @@ class EnvironmentState(BaseModel):
     state: Any
 
 
-class RecordedRun(BaseModel):
+class RunResult(BaseModel):
+    """What one run of the system left: its status, output, trajectory and the state after.
+    A recording and each replay of it are both this, the recording with its case's ids."""
+
     model_config = ConfigDict(extra="forbid")
 
-    case_id: str
-    case_digest: str
-    system_version: str
     status: RunStatus
     error: str | None = None
     output: Any = None
     trajectory: Trajectory | None = None
     environment_state: EnvironmentState | None = None
     duration_s: float = 0.0
-    recorded_by_run: str | None = None
 
     @property
     def state_after(self) -> Any:
         return None if self.environment_state is None else self.environment_state.state
 
 
-class ReplayResult(BaseModel):
+class RecordedRun(RunResult):
+    case_id: str
+    case_digest: str
+    system_version: str
+    recorded_by_run: str | None = None
+
+
+class ReplayResult(RunResult):
     """What the runner stores for one replay of a recorded case (a control or a faulted one):
     the whole trajectory, the output (none from a hand-written `replay`) and the state after."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    status: RunStatus
-    error: str | None = None
-    output: Any = None
-    trajectory: Trajectory | None = None
-    environment_state: EnvironmentState | None = None
-    duration_s: float = 0.0
 
     @classmethod
     def from_run(cls, run: RecordedRun) -> "ReplayResult":
