@@ -129,6 +129,9 @@ def record_cases(
     if to_record:
         check_partition_is_current_version(project, version)
         with sandbox_lock(project.root):
+            if not fresh:  # a run that held the sandbox before us may have recorded some already
+                reusable = reusable_runs(project, version, journal)
+                to_record = [case for case in cases if case.case_digest not in reusable]
             recordings = record_each(
                 system_spec(project), to_record, version=version,
                 timeout_s=project.config.execution.timeout_s, sandboxes=sandboxes,
@@ -175,6 +178,7 @@ def replay_faults(
         return fault_replays_table(run_replays(project, work, version=version, run_id=run_id)), work.summary
     check_partition_is_current_version(project, version, action=f"replay {len(work.pending)} case(s) of")
     with sandbox_lock(project.root):
+        work = plan_replays(project, cases, runs, version)  # again: a run before us may have replayed some
         replays = run_replays(project, work, version=version, run_id=run_id, sandboxes=sandboxes)
     return fault_replays_table(replays), work.summary
 

@@ -56,8 +56,10 @@ NEW_CASE = {
 
 
 def calls(root: Path) -> int:
+    """How many times the system was called (a line per call, or a `start` line per call)."""
     log = root / "calls.log"
-    return len(log.read_text().splitlines()) if log.exists() else 0
+    lines = log.read_text().splitlines() if log.exists() else []
+    return sum(1 for line in lines if not line.startswith("end "))
 
 
 def latest(instance: DagsterInstance, asset: str, project: str = "refund_desk") -> dict:
@@ -120,6 +122,7 @@ def test_incremental_runs_version_bump_and_regrade_without_the_system(refund_des
 
 SLOW_APP = """
 import copy
+import os
 import pathlib
 import time
 
@@ -135,31 +138,42 @@ class System:
         return copy.deepcopy(self.state)
 
     def __call__(self, request):
-        with pathlib.Path(__file__).with_name("calls.log").open("a") as log:
-            log.write(request["n"] + "\\n")
+        log = pathlib.Path(__file__).with_name("calls.log")
+        with log.open("a") as calls:
+            calls.write(f"start {request['n']} {os.getpid()} {time.time()}\\n")
         time.sleep(0.15)
         self.state["done"] = True
+        with log.open("a") as calls:
+            calls.write(f"end {request['n']} {os.getpid()} {time.time()}\\n")
         return {"answer": "ok"}
 """
 
 
-def test_a_killed_run_keeps_what_finished_and_the_rerun_records_only_the_rest(tmp_path, instance):
-    total = 30
-    root = write_project(
-        tmp_path / "slow",
+def slow_project(root: Path, total: int) -> Path:
+    return write_project(
+        root,
         app=SLOW_APP,
         cases=[
             {"id": f"c{n:02d}", "input": {"n": str(n)}, "initial_state": {"done": False}, "expected": {"state": {"done": True}}}
             for n in range(total)
         ],
     )
-    journal = Journal.for_partition(root, "recorded_runs", "1.0.0")
-    run = subprocess.Popen(
+
+
+def start_cli_run(root: Path) -> subprocess.Popen:
+    return subprocess.Popen(
         [str(Path(sys.executable).parent / "oloproof"), "run", "--project", str(root)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
+
+
+def test_a_killed_run_keeps_what_finished_and_the_rerun_records_only_the_rest(tmp_path, instance):
+    total = 30
+    root = slow_project(tmp_path / "slow", total)
+    journal = Journal.for_partition(root, "recorded_runs", "1.0.0")
+    run = start_cli_run(root)
     deadline = time.monotonic() + 120
     while sum(1 for _ in journal.rows()) < 8 and time.monotonic() < deadline and run.poll() is None:
         time.sleep(0.05)
@@ -178,3 +192,17 @@ def test_a_killed_run_keeps_what_finished_and_the_rerun_records_only_the_rest(tm
     runs = pd.read_parquet(table_path(root, "recorded_runs", "1.0.0"))
     assert sorted(runs["case_id"]) == [f"c{n:02d}" for n in range(total)] and (runs["status"] == "ok").all()
 
+
+
+def test_two_runs_at_once_share_the_sandbox_in_turn_and_record_each_case_once(tmp_path):
+    total = 16
+    root = slow_project(tmp_path / "busy", total)
+    first, second = start_cli_run(root), start_cli_run(root)
+    assert first.wait(timeout=240) == second.wait(timeout=240) == 0  # the gate allows: every state is right
+    assert calls(root) == total  # the run that waited found the cases recorded and reused them
+    spans = {}
+    for line in (root / "calls.log").read_text().splitlines():
+        kind, case, _pid, at = line.split()
+        spans.setdefault(case, {})[kind] = float(at)
+    ordered = sorted((span["start"], span["end"]) for span in spans.values())
+    assert all(earlier[1] <= later[0] for earlier, later in zip(ordered, ordered[1:])), "two cases ran at once"
