@@ -10,6 +10,7 @@ from typing import Any
 
 from .results import VersionResults, compared_paths, scripted_events, tool_calls
 from .storage import reports_dir
+from .tables import rows_from_frame
 
 
 @dataclass
@@ -63,6 +64,7 @@ def case_panel(results: VersionResults, case_id: str) -> CasePanel | None:
 STYLE = """
 body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222}
 table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top}
+td{max-width:40em;overflow-wrap:break-word}.nowrap{white-space:nowrap}
 th{background:#f4f4f4}.PASS,.ALLOW{color:#176f2c;font-weight:600}.FAIL,.BLOCK{color:#b00020;font-weight:600}
 .MISSING,.INSUFFICIENT_EVIDENCE{color:#a15c00;font-weight:600}.MANUAL_REVIEW{color:#7b1fa2;font-weight:600}
 .EXCLUDED{color:#777}section.case{border-top:2px solid #ddd;padding-top:.5em}pre{background:#f8f8f8;padding:.5em;white-space:pre-wrap}
@@ -88,7 +90,11 @@ def _json(value: Any) -> str:
 
 
 def _number(value: Any) -> str:
-    return "-" if value is None else f"{value:.3f}"
+    return "-" if value is None or value != value else f"{value:.3f}"  # None or NaN
+
+
+def _interval(lower: Any, upper: Any) -> str:
+    return f'<span class="nowrap">[{_number(lower)}, {_number(upper)}]</span>'
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> str:
@@ -105,7 +111,7 @@ def _gate_section(results: VersionResults) -> str:
     rows = [
         [
             _text(rule["rule_id"]), _text(rule["metric"]), _outcome(rule["decision"]), _number(rule["estimate"]),
-            f"[{_number(rule['lower'])}, {_number(rule['upper'])}]", _text(rule["method"]),
+            _interval(rule["lower"], rule["upper"]), _text(rule["method"]),
             f"{rule['passed']}/{(rule['passed'] or 0) + (rule['failed'] or 0)}", _text(rule["missing"]),
             _text(rule["excluded"]), _text("; ".join(rule["reasons"] or [])),
         ]
@@ -118,10 +124,23 @@ def _gate_section(results: VersionResults) -> str:
 def _slices_section(results: VersionResults) -> str:
     if results.slices is None or results.slices.empty:
         return ""
-    frame = results.slices
-    headers = [str(column) for column in frame.columns]
-    rows = [[_text(value) for value in record] for record in frame.itertuples(index=False)]
-    return "<h2>Slices (exploratory, never gated)</h2>" + _table(headers, rows)
+    rows = [
+        [
+            _text(row["slice"]), _text(row["bucket"]), _text(row["criterion"]), _number(row["estimate"]),
+            "-" if row["lower"] is None else _interval(row["lower"], row["upper"]),
+            f"{row['support']} ({row['passed']}/{row['failed']}/{row['missing']})",
+            _number(row["whole_estimate"]), "differs" if row["differs"] else "",
+        ]
+        for row in rows_from_frame(results.slices)
+        if row["support"]
+    ]
+    headers = ["slice", "bucket", "criterion", "rate", "interval", "support (P/F/M)", "whole", "BY mark"]
+    note = (
+        "<p>Exploratory, never gated. Buckets under min_slice_support have no interval; "
+        "'differs' marks a bucket that differs from the rest under Benjamini-Yekutieli (FDR 0.1). "
+        "Empty buckets are left out.</p>"
+    )
+    return "<h2>Slices</h2>" + note + _table(headers, rows)
 
 
 def _case_section(panel: CasePanel) -> str:
