@@ -395,7 +395,12 @@ def main() -> None:
         if isinstance(error, click.ClickException):
             error.show()
             sys.exit(error.exit_code)
-        raise
+        # A bug, not a verdict: show where, and never exit with a code that reads as a gate.
+        import traceback
+
+        traceback.print_exc()
+        errors.print(f"[red]internal error:[/red] {type(error).__name__}: {error}", highlight=False, soft_wrap=True)
+        sys.exit(EXIT_PIPELINE_ERROR)
 
 
 if __name__ == "__main__":

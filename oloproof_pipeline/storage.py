@@ -84,11 +84,8 @@ class Journal:
 
 
 @contextmanager
-def sandbox_lock(project_root: Path) -> Iterator[None]:
-    """Only one process drives a project's sandbox at a time: the CLI, `dagster dev`'s runs
-    and a backfill alike. An OS file lock, so a killed run never leaves it held (a Dagster
-    pool slot claimed by a killed run stays claimed and would block every later run)."""
-    path = output_dir(project_root) / "sandbox.lock"
+def file_lock(path: Path) -> Iterator[None]:
+    """An exclusive OS lock on `path`, released when the holder exits or is killed."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
@@ -96,3 +93,10 @@ def sandbox_lock(project_root: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def sandbox_lock(project_root: Path):
+    """Only one process drives a project's sandbox at a time: the CLI, `dagster dev`'s runs
+    and a backfill alike. An OS file lock, so a killed run never leaves it held (a Dagster
+    pool slot claimed by a killed run stays claimed and would block every later run)."""
+    return file_lock(output_dir(project_root) / "sandbox.lock")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from dagster import DagsterInstance
 
-from ..storage import dagster_home
+from ..storage import dagster_home, file_lock
 
 DAGSTER_YAML = """\
 # Written by oloproof. Runs started by the CLI, `dagster dev` and the schedule share this home.
@@ -34,4 +34,16 @@ def ensure_home(home: Path) -> Path:
 
 
 def project_instance(project_root: Path) -> DagsterInstance:
-    return DagsterInstance.from_config(str(ensure_home(instance_home(project_root))))
+    """The instance, its SQLite storages created under a lock: two first runs at once (the
+    CLI twice, or the CLI and `dagster dev`) would otherwise both create the same tables."""
+    home = ensure_home(instance_home(project_root))
+    with file_lock(home / ".oloproof-instance.lock"):
+        instance = DagsterInstance.from_config(str(home))
+        instance.get_runs(limit=1)  # touches every storage, so each creates its schema now
+        instance.get_dynamic_partitions("oloproof_schema_check")
+    return instance
+
+
+def instance_lock(instance: DagsterInstance):
+    """Serialises changes that two processes could race on, such as adding a partition."""
+    return file_lock(Path(instance.root_directory) / ".oloproof-instance.lock")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pandas as pd
 from dagster import ConfigurableIOManagerFactory, InputContext, OutputContext, UPathIOManager
 from upath import UPath
@@ -14,8 +16,9 @@ class ParquetFiles(UPathIOManager):
 
     def dump_to_path(self, context: OutputContext, obj: pd.DataFrame, path: UPath) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        # Write next to the target and rename, so a reader never sees half a file.
-        partial = path.with_name(path.name + ".partial")
+        # Write next to the target and rename, so a reader never sees half a file; the name
+        # is the writer's own, as two runs of one version may write the same table at once.
+        partial = path.with_name(f"{path.name}.{uuid.uuid4().hex}.partial")
         obj.to_parquet(str(partial), index=False)
         partial.rename(path)
 

@@ -12,7 +12,7 @@ from ..metamorphic import derive_cases
 from ..project import load_cases, load_project
 from ..system import current_system_version
 from . import EVALUATE_JOB, build_definitions, versions_partitions
-from .instance import project_instance
+from .instance import instance_lock, project_instance
 
 
 @dataclass
@@ -30,10 +30,11 @@ def recording_op_name(project_name: str) -> str:
 
 def ensure_version_partition(instance: DagsterInstance, partitions_name: str, version: str) -> bool:
     """Add the version's partition when it is new; True when it was added."""
-    if instance.has_dynamic_partition(partitions_name, version):
-        return False
-    instance.add_dynamic_partitions(partitions_name, [version])
-    return True
+    with instance_lock(instance):
+        if instance.has_dynamic_partition(partitions_name, version):
+            return False
+        instance.add_dynamic_partitions(partitions_name, [version])
+        return True
 
 
 def run_evaluation(
