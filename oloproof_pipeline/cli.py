@@ -167,10 +167,13 @@ def show_gate(project_dir: Path, version: str) -> None:
             EXIT_PIPELINE_ERROR,
         )
     rows = rows_from_frame(frame, GATE_NESTED)
-    console.print(gate_table(rows, version))
+    if rows:
+        console.print(gate_table(rows, version))
+    else:
+        show_outcome_counts(project_dir, version)
     show_violations(project_dir, version)
     decision = rows[0]["gate_decision"] if rows else "ALLOW"
-    reasons = rows[0]["gate_reasons"] if rows else []
+    reasons = rows[0]["gate_reasons"] if rows else ["release.yaml has no rules, so nothing is gated"]
     colour = "green" if decision == "ALLOW" else "red"
     console.print(f"Gate: [bold {colour}]{decision}[/]" + (f"  ({'; '.join(reasons)})" if reasons else ""))
     raise typer.Exit(gate_exit_code(rows))
@@ -194,6 +197,21 @@ def show_violations(project_dir: Path, version: str) -> None:
             entry["criterion"], ", ".join(entry["rules"]), str(entry["cases"]), str(entry["violations"]),
             "; ".join(entry["examples"]),
         )
+    console.print(table)
+
+
+def show_outcome_counts(project_dir: Path, version: str) -> None:
+    """With no rules to decide, the verdict counts per criterion are still worth seeing."""
+    from .evaluation import outcome_counts
+
+    verdicts = read_table(project_dir.resolve(), "verdicts", version)
+    if verdicts is None or verdicts.empty:
+        return
+    table = Table(title=f"Verdicts for version {version}", title_justify="left")
+    for column in ("criterion", "PASS", "FAIL", "MISSING", "EXCLUDED"):
+        table.add_column(column)
+    for criterion, counts in outcome_counts(verdicts).items():
+        table.add_row(criterion, *(str(counts[outcome]) for outcome in ("PASS", "FAIL", "MISSING", "EXCLUDED")))
     console.print(table)
 
 

@@ -58,3 +58,23 @@ def test_gate_without_a_stored_run_says_what_to_do(refund_desk, tmp_path):
     missing = oloproof("gate", "--project", str(refund_desk), cwd=tmp_path)
     assert missing.returncode == 6
     assert "no gate stored for version '1.0.0'" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_a_plain_function_with_no_rules_is_judged_and_allowed(tmp_path):
+    project = tmp_path / "fn"
+    (project / "data").mkdir(parents=True)
+    (project / "app.py").write_text("def answer(request):\n    return {'answer': request['q'].upper()}\n")
+    (project / "data" / "cases.jsonl").write_text(
+        '{"id": "a", "input": {"q": "hi"}, "expected": {"answer": "HI"}}\n'
+        '{"id": "b", "input": {"q": "yo"}, "expected": {"answer": "no"}}\n'
+    )
+    (project / "oloproof.yaml").write_text(
+        "version: 1\nproject: fn\ndataset: data/cases.jsonl\n"
+        'system: {name: fn, version: "0.1", callable: "app:answer"}\n'
+        "evaluators:\n  - {type: exact_match, criterion: answer_correct, field: answer, expected_field: expected.answer}\n"
+    )
+    ran = oloproof("run", cwd=project)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "release.yaml has no rules, so nothing is gated" in ran.stdout
+    counts = next(line for line in ran.stdout.splitlines() if "answer_correct" in line)
+    assert [cell.strip() for cell in counts.split("│")[1:-1]] == ["answer_correct", "1", "1", "0", "0"]
