@@ -4,7 +4,6 @@ the difference in pass rates and the cases that broke."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 from pydantic import BaseModel

@@ -89,11 +89,10 @@ def recorded_runs_table(runs: list[RecordedRun]) -> pd.DataFrame:
     return models_to_frame(runs, RECORDED_RUNS_SCHEMA, RUN_NESTED)
 
 
-def reusable_runs(project: Project, version: str, journal: Journal) -> dict[str, RecordedRun]:
+def reusable_runs(stored: list[RecordedRun], journal: Journal, version: str) -> dict[str, RecordedRun]:
     """Finished recordings of this version by case digest: the stored table, then the journal
     of a run that may have been cut short. Only clean recordings are reused."""
     reusable: dict[str, RecordedRun] = {}
-    stored = runs_from_table(read_table(project.root, "recorded_runs", version))
     journaled = [RecordedRun.model_validate(row) for row in journal.rows()]
     for run in stored + journaled:
         if run.status == "ok" and run.system_version == version:
@@ -121,8 +120,9 @@ def record_cases(
     journal = Journal.for_partition(project.root, "recorded_runs", version)
     if fresh:
         journal.clear()
-    reusable = {} if fresh else reusable_runs(project, version, journal)
-    previous_ids = {run.case_id for run in runs_from_table(read_table(project.root, "recorded_runs", version))}
+    stored = runs_from_table(read_table(project.root, "recorded_runs", version))
+    reusable = {} if fresh else reusable_runs(stored, journal, version)
+    previous_ids = {run.case_id for run in stored}
     to_record = [case for case in cases if case.case_digest not in reusable]
 
     new_runs: dict[str, RecordedRun] = {}
@@ -130,7 +130,7 @@ def record_cases(
         check_partition_is_current_version(project, version)
         with sandbox_lock(project.root):
             if not fresh:  # a run that held the sandbox before us may have recorded some already
-                reusable = reusable_runs(project, version, journal)
+                reusable = reusable_runs(stored, journal, version)
                 to_record = [case for case in cases if case.case_digest not in reusable]
             recordings = record_each(
                 system_spec(project), to_record, version=version,

@@ -76,7 +76,7 @@ def instance(tmp_path):
 
 def test_incremental_runs_version_bump_and_regrade_without_the_system(refund_desk, instance):
     (refund_desk / "app.py").write_text((refund_desk / "app.py").read_text() + COUNT_CALLS)
-    first = run_evaluation(refund_desk, instance=instance)
+    assert run_evaluation(refund_desk, instance=instance).errors == []
     first_calls = calls(refund_desk)
     assert first_calls == 72 + 2 * 12  # 24 cases and 48 copies, then control + faulted replays of 12
 
