@@ -16,9 +16,10 @@ import textwrap
 import time
 from pathlib import Path
 
-from oloproof_pipeline.evaluation import record_cases
-from oloproof_pipeline.fanout import Sandboxes
-from oloproof_pipeline.project import load_cases, load_project
+from oloproof_pipeline.run.recording import record_cases
+from oloproof_pipeline.run.sandboxes import Sandboxes
+from oloproof_pipeline.model.cases import load_cases
+from oloproof_pipeline.project import load_project
 
 APP = """
 import copy

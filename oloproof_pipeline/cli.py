@@ -15,18 +15,22 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .errors import ProjectError
-from .gate import (
+from .model.errors import ProjectError
+from .model.outcomes import (
+    ALLOW,
     EXIT_ALLOW,
-    EXIT_BLOCK_FAIL,
-    EXIT_BLOCK_INSUFFICIENT,
-    EXIT_BLOCK_MANUAL_REVIEW,
     EXIT_PIPELINE_ERROR,
     EXIT_PROJECT_ERROR,
+    FAIL,
+    INSUFFICIENT_EVIDENCE,
+    MANUAL_REVIEW,
+    OUTCOMES,
+    PASS,
+    exit_code_for,
 )
-from .project import OUTPUT_DIR, load_project
-from .storage import read_table, stored_partitions
-from .tables import GATE_NESTED, rows_from_frame
+from .project import load_project
+from .store.layout import OUTPUT_DIR, read_table, stored_partitions
+from .store.tables import GATE_NESTED, rows_from_frame
 
 app = typer.Typer(
     add_completion=False,
@@ -35,7 +39,7 @@ app = typer.Typer(
 )
 # Piped output (CI logs, files) gets a wide table instead of rich's 80-column fallback.
 console = Console(width=None if sys.stdout.isatty() else 200)
-errors = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
+error_console = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
 
 PROJECT_OPTION = typer.Option(Path("."), "--project", "-p", help="The evaluation project folder.")
 
@@ -99,14 +103,14 @@ def run(
         evaluation = run_evaluation(project, fresh=fresh, log_level="INFO" if verbose else "CRITICAL")
     if evaluation.errors:
         for error in evaluation.errors:
-            errors.print(f"[red]error:[/red] {error}", highlight=False)
+            error_console.print(f"[red]error:[/red] {error}", highlight=False)
         raise CommandFailed(f"run {evaluation.run_id} failed", EXIT_PIPELINE_ERROR)
     console.print(f"Dagster run {evaluation.run_id} evaluated version {evaluation.version}.")
     show_gate(project, evaluation.version)
 
 
 def journal_line_count(project_root: Path, table: str, version: str) -> int:
-    from .storage import Journal
+    from .store.journal import Journal
 
     return sum(1 for _ in Journal.for_partition(project_root, table, version).rows())
 
@@ -153,7 +157,7 @@ def gate(
 
 
 def default_version(project_dir: Path) -> str:
-    from .system import current_system_version
+    from .run.system import current_system_version
 
     return current_system_version(load_project(project_dir))
 
@@ -172,17 +176,17 @@ def show_gate(project_dir: Path, version: str) -> None:
     else:
         show_outcome_counts(project_dir, version)
     show_violations(project_dir, version)
-    decision = rows[0]["gate_decision"] if rows else "ALLOW"
+    decision = rows[0]["gate_decision"] if rows else ALLOW
     reasons = rows[0]["gate_reasons"] if rows else ["release.yaml has no rules, so nothing is gated"]
-    colour = "green" if decision == "ALLOW" else "red"
+    colour = "green" if decision == ALLOW else "red"
     console.print(f"Gate: [bold {colour}]{decision}[/]" + (f"  ({'; '.join(reasons)})" if reasons else ""))
-    raise typer.Exit(gate_exit_code(rows))
+    raise typer.Exit(exit_code_for(row["decision"] for row in rows))
 
 
 def show_violations(project_dir: Path, version: str) -> None:
     """The flaws the graders caught, by criterion and rule, with a few cases named."""
-    from .tables import VERDICT_NESTED
-    from .violations import violation_summary
+    from .read.violations import violation_summary
+    from .store.tables import VERDICT_NESTED
 
     frame = read_table(project_dir.resolve(), "verdicts", version)
     summary = violation_summary(rows_from_frame(frame, VERDICT_NESTED)) if frame is not None else []
@@ -202,28 +206,17 @@ def show_violations(project_dir: Path, version: str) -> None:
 
 def show_outcome_counts(project_dir: Path, version: str) -> None:
     """With no rules to decide, the verdict counts per criterion are still worth seeing."""
-    from .evaluation import outcome_counts
+    from .read.results import outcome_counts
 
     verdicts = read_table(project_dir.resolve(), "verdicts", version)
     if verdicts is None or verdicts.empty:
         return
     table = Table(title=f"Verdicts for version {version}", title_justify="left")
-    for column in ("criterion", "PASS", "FAIL", "MISSING", "EXCLUDED"):
+    for column in ("criterion", *OUTCOMES):
         table.add_column(column)
     for criterion, counts in outcome_counts(verdicts).items():
-        table.add_row(criterion, *(str(counts[outcome]) for outcome in ("PASS", "FAIL", "MISSING", "EXCLUDED")))
+        table.add_row(criterion, *(str(counts[outcome]) for outcome in OUTCOMES))
     console.print(table)
-
-
-def gate_exit_code(rows: list[dict]) -> int:
-    decisions = {row["decision"] for row in rows}
-    if "FAIL" in decisions:
-        return EXIT_BLOCK_FAIL
-    if "INSUFFICIENT_EVIDENCE" in decisions:
-        return EXIT_BLOCK_INSUFFICIENT
-    if "MANUAL_REVIEW" in decisions:
-        return EXIT_BLOCK_MANUAL_REVIEW
-    return EXIT_ALLOW
 
 
 def format_rate(value: float | None) -> str:
@@ -231,7 +224,7 @@ def format_rate(value: float | None) -> str:
 
 
 METHOD_NAMES = {"clopper_pearson": "exact", "cluster_bootstrap": "bootstrap"}
-DECISION_STYLES = {"PASS": "green", "FAIL": "red", "INSUFFICIENT_EVIDENCE": "yellow", "MANUAL_REVIEW": "magenta"}
+DECISION_STYLES = {PASS: "green", FAIL: "red", INSUFFICIENT_EVIDENCE: "yellow", MANUAL_REVIEW: "magenta"}
 
 
 def gate_table(rows: list[dict], version: str) -> Table:
@@ -260,7 +253,7 @@ def gate_table(rows: list[dict], version: str) -> Table:
 
 
 def stored_results(project_dir: Path, version: str | None):
-    from .results import load_results
+    from .read.results import load_results
 
     root = project_dir.resolve()
     return load_project(root), load_results(root, version or default_version(root))
@@ -284,7 +277,7 @@ def inspect(
     version: Optional[str] = typer.Option(None, "--version", "-v", help="System version (default: the current one)."),
 ) -> None:
     """Print a case's panel: input, answer, compared state paths, tool calls, verdicts and run ids."""
-    from .reports import case_panel
+    from .read.reports import case_panel
 
     _, results = stored_results(project, version)
     panel = case_panel(results, case_id)
@@ -337,7 +330,7 @@ def report(
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Where to write the HTML file."),
 ) -> None:
     """Write one offline HTML report: gate, metrics with intervals, slices, a panel per case."""
-    from .reports import write_html_report
+    from .read.reports import write_html_report
 
     loaded, results = stored_results(project, version)
     path = write_html_report(loaded.root, results, loaded.name, output)
@@ -352,8 +345,8 @@ def export(
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Where to write (default under .oloproof/exports)."),
 ) -> None:
     """Write one JSON line per case and run: task_id, run_id, scores per grader, violated constraints."""
-    from .export import write_jsonl
-    from .storage import output_dir
+    from .read.export import write_jsonl
+    from .store.layout import output_dir
 
     if format != "jsonl":
         raise CommandFailed(f"unknown format {format!r}; use jsonl", 2)
@@ -370,8 +363,8 @@ def compare(
     project: Path = PROJECT_OPTION,
 ) -> None:
     """Pair the same cases across two versions: per criterion, what got fixed and what broke."""
-    from .compare import compare_versions
-    from .results import load_results
+    from .read.compare import compare_versions
+    from .read.results import load_results
 
     loaded = load_project(project.resolve())
     comparisons = compare_versions(
@@ -399,13 +392,13 @@ def main() -> None:
         sys.exit(result if isinstance(result, int) else EXIT_ALLOW)
     except ProjectError as error:
         for problem in error.problems:
-            errors.print(f"[red]error:[/red] {problem}", highlight=False, soft_wrap=True)
+            error_console.print(f"[red]error:[/red] {problem}", highlight=False, soft_wrap=True)
         sys.exit(EXIT_PROJECT_ERROR)
     except CommandFailed as error:
-        errors.print(f"[red]error:[/red] {error}", highlight=False, soft_wrap=True)
+        error_console.print(f"[red]error:[/red] {error}", highlight=False, soft_wrap=True)
         sys.exit(error.exit_code)
     except (typer.Abort, KeyboardInterrupt):
-        errors.print("aborted")
+        error_console.print("aborted")
         sys.exit(130)
     except Exception as error:  # click usage errors carry their own exit code
         import click
@@ -417,7 +410,7 @@ def main() -> None:
         import traceback
 
         traceback.print_exc()
-        errors.print(f"[red]internal error:[/red] {type(error).__name__}: {error}", highlight=False, soft_wrap=True)
+        error_console.print(f"[red]internal error:[/red] {type(error).__name__}: {error}", highlight=False, soft_wrap=True)
         sys.exit(EXIT_PIPELINE_ERROR)
 
 

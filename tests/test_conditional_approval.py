@@ -14,14 +14,15 @@ import pandas as pd
 import pytest
 from dagster import DagsterInstance
 
-from oloproof_pipeline.errors import ProjectError
+from oloproof_pipeline.model.errors import ProjectError
 from oloproof_pipeline.evaluators import JudgingContext, judge_all
-from oloproof_pipeline.project import load_cases, load_project
-from oloproof_pipeline.recording import EnvironmentState, RecordedRun
-from oloproof_pipeline.runner import SandboxRunner
-from oloproof_pipeline.system import system_spec
-from oloproof_pipeline.toolbox import ToolChange
-from oloproof_pipeline.toolbox import plain_json
+from oloproof_pipeline.model.cases import load_cases
+from oloproof_pipeline.project import load_project
+from oloproof_pipeline.model.records import EnvironmentState, RecordedRun
+from oloproof_pipeline.run.runner import SandboxRunner
+from oloproof_pipeline.run.system import system_spec
+from oloproof_pipeline.model.trajectory import ToolChange
+from oloproof_pipeline.model.trajectory import plain_json
 
 from conftest import REPO, write_project
 

@@ -13,7 +13,7 @@ from dagster import AssetKey, DagsterInstance
 from oloproof_pipeline.defs import EVALUATE_JOB, build_definitions, versions_partitions
 from oloproof_pipeline.defs.launch import run_evaluation
 from oloproof_pipeline.project import load_project
-from oloproof_pipeline.storage import table_path
+from oloproof_pipeline.store.layout import table_path
 
 from conftest import REPO
 

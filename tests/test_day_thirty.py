@@ -17,7 +17,8 @@ from dagster import AssetKey, DagsterInstance, SensorResult, build_sensor_contex
 
 from oloproof_pipeline.defs import REGRADE_JOB, build_definitions
 from oloproof_pipeline.defs.launch import run_evaluation
-from oloproof_pipeline.storage import Journal, table_path
+from oloproof_pipeline.store.journal import Journal
+from oloproof_pipeline.store.layout import table_path
 
 from conftest import write_project
 

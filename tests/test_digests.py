@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from oloproof_pipeline.digests import canonical_json, case_digest, digest
-from oloproof_pipeline.project import load_cases, load_project
+from oloproof_pipeline.model.digests import canonical_json, case_digest, digest
+from oloproof_pipeline.model.cases import load_cases
+from oloproof_pipeline.project import load_project
 
 
 def test_known_case_digest_is_pinned():

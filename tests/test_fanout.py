@@ -11,7 +11,7 @@ import pandas as pd
 from dagster import DagsterInstance
 
 from oloproof_pipeline.defs.launch import run_evaluation
-from oloproof_pipeline.storage import table_path
+from oloproof_pipeline.store.layout import table_path
 
 from conftest import write_project
 

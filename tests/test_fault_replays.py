@@ -10,12 +10,18 @@ import pytest
 from dagster import AssetKey, DagsterInstance
 
 from oloproof_pipeline.defs.launch import run_evaluation
-from oloproof_pipeline.errors import ProjectError, SystemVersionMismatch
-from oloproof_pipeline.evaluation import judge_cases, record_cases, replay_faults
-from oloproof_pipeline.project import load_cases, load_project
-from oloproof_pipeline.replay import INJECTED_RESULTS, FaultPlan, FaultReplay, judge_fault_replay, replays_for_judging
-from oloproof_pipeline.storage import Journal, table_path
-from oloproof_pipeline.trajectory import Checkpoint, RecordedConstraint, Step, Trajectory
+from oloproof_pipeline.model.errors import ProjectError, SystemVersionMismatch
+from oloproof_pipeline.evaluators import judge_cases
+from oloproof_pipeline.run.recording import record_cases
+from oloproof_pipeline.run.replaying import replay_faults
+from oloproof_pipeline.model.cases import load_cases
+from oloproof_pipeline.project import load_project
+from oloproof_pipeline.evaluators.fault_recovery import judge_fault_replay
+from oloproof_pipeline.evaluators.judging import replays_for_judging
+from oloproof_pipeline.model.faults import INJECTED_RESULTS, FaultPlan, FaultReplay
+from oloproof_pipeline.store.journal import Journal
+from oloproof_pipeline.store.layout import table_path
+from oloproof_pipeline.model.trajectory import Checkpoint, RecordedConstraint, Step, Trajectory
 
 from conftest import write_project
 

@@ -1,6 +1,6 @@
 import pytest
 
-from oloproof_pipeline.gate import (
+from oloproof_pipeline.model.outcomes import (
     EXIT_ALLOW,
     EXIT_BLOCK_FAIL,
     EXIT_BLOCK_INSUFFICIENT,
@@ -8,12 +8,14 @@ from oloproof_pipeline.gate import (
     EXIT_PIPELINE_ERROR,
     EXIT_PROJECT_ERROR,
     EXIT_USAGE,
+)
+from oloproof_pipeline.decide.gate import (
     decide_gate,
     decide_rule,
     gate_markdown,
 )
-from oloproof_pipeline.project import RuleConfig
-from oloproof_pipeline.statistics import RateEstimate, exact_rate
+from oloproof_pipeline.model.config import RuleConfig
+from oloproof_pipeline.decide.statistics import RateEstimate, exact_rate
 
 
 def _estimate(lower, upper, estimate=None, observed=100, missing=0, method="clopper_pearson"):

@@ -13,34 +13,27 @@ import pandas as pd
 import pytest
 from dagster import AssetKey, DagsterInstance
 
-from oloproof_pipeline.digests import case_digest
-from oloproof_pipeline.errors import ProjectError
-from oloproof_pipeline.evaluation import decide_release_gate
+from oloproof_pipeline.model.digests import case_digest
+from oloproof_pipeline.model.errors import ProjectError
+from oloproof_pipeline.decide.gate import decide_release_gate
 from oloproof_pipeline.evaluators import JudgingContext, build_evaluators
-from oloproof_pipeline.metamorphic import (
+from oloproof_pipeline.decide.validity import transform_blocking_reasons, transform_validity
+from oloproof_pipeline.store.tables import derived_case_table
+from oloproof_pipeline.model.transforms import (
     apply_transform,
     derive_cases,
     derive_copy,
-    derived_case_table,
     digest_of_transform,
     label_copy,
     load_labels,
-    transform_blocking_reasons,
-    transform_validity,
 )
-from oloproof_pipeline.project import (
-    CaseRecord,
-    Project,
-    ProjectConfig,
-    ReleasePolicy,
-    TransformConfig,
-    load_cases,
-    load_project,
-)
-from oloproof_pipeline.recording import EnvironmentState, RecordedRun
-from oloproof_pipeline.storage import read_table
-from oloproof_pipeline.tables import VERDICTS_SCHEMA, frame_from_rows, rows_from_frame
-from oloproof_pipeline.trajectory import Step, Trajectory
+from oloproof_pipeline.model.cases import CaseRecord, load_cases
+from oloproof_pipeline.model.config import Project, ProjectConfig, ReleasePolicy, TransformConfig
+from oloproof_pipeline.project import load_project
+from oloproof_pipeline.model.records import EnvironmentState, RecordedRun
+from oloproof_pipeline.store.layout import read_table
+from oloproof_pipeline.store.tables import VERDICTS_SCHEMA, frame_from_rows, rows_from_frame
+from oloproof_pipeline.model.trajectory import Step, Trajectory
 
 INJECTED = TransformConfig(
     name="injected",

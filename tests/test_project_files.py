@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from oloproof_pipeline.errors import ProjectError
-from oloproof_pipeline.project import load_cases, load_project
+from oloproof_pipeline.model.errors import ProjectError
+from oloproof_pipeline.model.cases import load_cases
+from oloproof_pipeline.project import load_project
 
 from conftest import EXAMPLE
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import time
 
-from oloproof_pipeline.evaluation import record_cases
-from oloproof_pipeline.project import load_cases, load_project
-from oloproof_pipeline.runner import SandboxRunner
-from oloproof_pipeline.system import system_spec
+from oloproof_pipeline.run.recording import record_cases
+from oloproof_pipeline.model.cases import load_cases
+from oloproof_pipeline.project import load_project
+from oloproof_pipeline.run.runner import SandboxRunner
+from oloproof_pipeline.run.system import system_spec
 
 from conftest import write_project
 
@@ -124,7 +125,7 @@ def test_state_from_one_case_never_leaks_into_the_next(tmp_path):
 def test_record_cases_refuses_a_partition_that_is_not_the_loaded_version(tmp_path):
     import pytest
 
-    from oloproof_pipeline.errors import SystemVersionMismatch
+    from oloproof_pipeline.model.errors import SystemVersionMismatch
 
     root = write_project(tmp_path / "p", app=MISBEHAVING_APP, cases=[case("ok-1", "ok")])
     project = load_project(root)

@@ -5,21 +5,22 @@ from __future__ import annotations
 import pytest
 from scipy import stats
 
-from oloproof_pipeline.errors import ProjectError
-from oloproof_pipeline.project import CaseRecord, load_project
-from oloproof_pipeline.recording import RecordedRun
-from oloproof_pipeline.slices import (
+from oloproof_pipeline.model.errors import ProjectError
+from oloproof_pipeline.model.cases import CaseRecord
+from oloproof_pipeline.project import load_project
+from oloproof_pipeline.model.records import RecordedRun
+from oloproof_pipeline.model.slicing import parse_slice_spec
+from oloproof_pipeline.decide.slices import (
     NO_VALUE,
     UNRECORDED,
     numeric_bucket,
-    parse_slice_spec,
     slice_rows,
     slice_table,
     slices_markdown,
 )
-from oloproof_pipeline.statistics import benjamini_yekutieli, clopper_pearson
-from oloproof_pipeline.tables import SLICES_SCHEMA, VERDICTS_SCHEMA, frame_from_rows
-from oloproof_pipeline.trajectory import Step, Trajectory
+from oloproof_pipeline.decide.statistics import benjamini_yekutieli, clopper_pearson
+from oloproof_pipeline.store.tables import SLICES_SCHEMA, VERDICTS_SCHEMA, frame_from_rows
+from oloproof_pipeline.model.trajectory import Step, Trajectory
 
 # -- specs and buckets ---------------------------------------------------------------------
 

@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from oloproof_pipeline.digests import case_digest
-from oloproof_pipeline.errors import ProjectError
+from oloproof_pipeline.model.digests import case_digest
+from oloproof_pipeline.model.errors import ProjectError
 from oloproof_pipeline.evaluators import JudgingContext, build_evaluators
-from oloproof_pipeline.project import CaseRecord
-from oloproof_pipeline.recording import EnvironmentState, RecordedRun
-from oloproof_pipeline.verdicts import Verdict
+from oloproof_pipeline.model.cases import CaseRecord
+from oloproof_pipeline.model.records import EnvironmentState, RecordedRun
+from oloproof_pipeline.model.outcomes import Verdict
 
 NO_STATE = object()  # a recording made without an environment_state record
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from oloproof_pipeline.statistics import (
+from oloproof_pipeline.decide.statistics import (
     benjamini_yekutieli,
     clopper_pearson,
     cluster_bootstrap_rate,

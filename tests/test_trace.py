@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from oloproof_pipeline.digests import case_digest
-from oloproof_pipeline.errors import ProjectError
+from oloproof_pipeline.model.digests import case_digest
+from oloproof_pipeline.model.errors import ProjectError
 from oloproof_pipeline.evaluators import JudgingContext, build_evaluators
-from oloproof_pipeline.project import CaseRecord
-from oloproof_pipeline.recording import EnvironmentState, RecordedRun
-from oloproof_pipeline.trajectory import Step, Trajectory
-from oloproof_pipeline.verdicts import Verdict
+from oloproof_pipeline.model.cases import CaseRecord
+from oloproof_pipeline.model.records import EnvironmentState, RecordedRun
+from oloproof_pipeline.model.trajectory import Step, Trajectory
+from oloproof_pipeline.model.outcomes import Verdict
 
 CALLED_BEFORE = {"type": "trace", "rule": "called_before", "tools": ["get_approval", "list_conditions"], "before": "attempt_action"}
 NEVER_WHILE = {"type": "trace", "rule": "never_succeeds_while", "tool": "attempt_action", "field": "blocked_by"}
@@ -223,7 +223,7 @@ def test_bad_grader_configuration_names_the_field(config, message):
 # -- python graders --------------------------------------------------------------------------------
 
 GRADERS = """
-from oloproof_pipeline.verdicts import Verdict
+from oloproof_pipeline.model.outcomes import Verdict
 
 
 def no_forbidden_results(case, recording):

@@ -14,8 +14,9 @@ from dagster import (
     in_process_executor,
 )
 
-from ..project import Project, load_project
-from ..storage import tables_dir
+from ..model.config import Project
+from ..project import load_project
+from ..store.layout import tables_dir
 from .assets import IO_MANAGER_KEY, build_assets
 from .automation import nightly_schedule, version_bump_sensor
 from .io_manager import ParquetIOManager

@@ -16,15 +16,21 @@ from dagster import (
     asset_check,
 )
 
-from .. import compare as comparison
-from .. import evaluation, metamorphic
-from ..gate import gate_markdown
-from ..reports import write_html_report
-from ..results import load_results, results_from_tables
-from ..project import Project
-from ..replay import replays_for_judging
-from ..slices import project_slices, slice_table, slices_markdown
-from ..storage import table_path
+from ..decide.validity import transform_validity, validity_markdown
+from ..decide.gate import decide_release_gate, gate_markdown, gate_table
+from ..decide.slices import project_slices, slice_table, slices_markdown
+from ..evaluators.judging import judge_cases, replays_for_judging
+from ..model.cases import load_cases
+from ..model.config import Project
+from ..model.fingerprints import code_versions
+from ..model.transforms import derive_cases
+from ..read import compare as comparison
+from ..read.reports import write_html_report
+from ..read.results import load_results, outcome_counts, results_from_tables
+from ..run.recording import record_cases
+from ..run.replaying import replay_faults
+from ..store import tables
+from ..store.layout import table_path
 from .metadata import ProgressLog, counts_markdown, run_link, value_counts
 from .resources import ComparisonConfig, EvaluationProject, RecordingConfig, SandboxCluster
 
@@ -39,7 +45,7 @@ def sandbox_pool(project: Project) -> str:
 def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tuple[list, list]:
     """The project's assets and their asset checks."""
     prefix = [project.name]
-    code_version = evaluation.code_versions(project)
+    code_version = code_versions(project)
     common = {"key_prefix": prefix, "group_name": project.name, "io_manager_key": IO_MANAGER_KEY}
     per_version = {**common, "partitions_def": versions}
 
@@ -53,7 +59,7 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
         description="The project's cases, validated, each with its digest.",
     )
     def cases(context: AssetExecutionContext, evaluation_project: EvaluationProject) -> pd.DataFrame:
-        frame = evaluation.load_case_table(evaluation_project.load())
+        frame = tables.case_table(load_cases(evaluation_project.load()))
         context.add_output_metadata({"dagster/row_count": len(frame), "cases": len(frame)})
         return frame
 
@@ -67,13 +73,13 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
     def derived_cases(
         context: AssetExecutionContext, evaluation_project: EvaluationProject, cases: pd.DataFrame
     ) -> pd.DataFrame:
-        derived = metamorphic.derive_cases(evaluation_project.load(), evaluation.cases_from_table(cases))
-        frame = metamorphic.derived_case_table(derived.copies)
-        validity = metamorphic.transform_validity(frame)
+        derived = derive_cases(evaluation_project.load(), tables.cases_from_table(cases))
+        frame = tables.derived_case_table(derived.copies)
+        validity = transform_validity(frame)
         context.add_output_metadata(
             {
                 "dagster/row_count": len(frame),
-                "validity": MetadataValue.md(metamorphic.validity_markdown(validity)),
+                "validity": MetadataValue.md(validity_markdown(validity)),
                 "validity_by_transform": MetadataValue.json({name: item.model_dump() for name, item in validity.items()}),
                 "labels": MetadataValue.json([summary.model_dump() for summary in derived.label_summaries]),
                 "transforms_not_checked": ", ".join(name for name, item in validity.items() if not item.checked) or "none",
@@ -98,9 +104,9 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
         derived_cases: pd.DataFrame,
     ) -> pd.DataFrame:
         loaded = evaluation_project.load()
-        all_cases = metamorphic.cases_with_copies(cases, derived_cases)
+        all_cases = tables.cases_with_copies(cases, derived_cases)
         with sandbox_cluster.sandboxes(loaded.config.execution) as sandboxes:
-            runs, summary = evaluation.record_cases(
+            runs, summary = record_cases(
                 loaded,
                 all_cases,
                 version=context.partition_key,
@@ -109,7 +115,7 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
                 on_recorded=ProgressLog(context.log, "recorded", len(all_cases)).step,
                 sandboxes=sandboxes,
             )
-        frame = evaluation.recorded_runs_table(runs)
+        frame = tables.recorded_runs_table(runs)
         context.log.info(f"recorded {summary.new} cases, reused {summary.reused}, {summary.failed} failed")
         context.add_output_metadata(
             {
@@ -138,10 +144,10 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
     ) -> pd.DataFrame:
         loaded = evaluation_project.load()
         with sandbox_cluster.sandboxes(loaded.config.execution) as sandboxes:
-            frame, summary = evaluation.replay_faults(
+            frame, summary = replay_faults(
                 loaded,
-                evaluation.cases_from_table(cases),
-                evaluation.runs_from_table(recorded_runs),
+                tables.cases_from_table(cases),
+                tables.runs_from_table(recorded_runs),
                 version=context.partition_key,
                 run_id=context.run.run_id,
                 sandboxes=sandboxes,
@@ -151,7 +157,7 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
             {
                 "dagster/row_count": len(frame),
                 **summary.as_metadata(),
-                "outcome_counts": MetadataValue.json(evaluation.outcome_counts(frame)),
+                "outcome_counts": MetadataValue.json(outcome_counts(frame)),
                 **run_link(context.run.run_id),
             }
         )
@@ -171,16 +177,16 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
         recorded_runs: pd.DataFrame,
         fault_replays: pd.DataFrame,
     ) -> pd.DataFrame:
-        runs = evaluation.runs_from_table(recorded_runs)
-        frame = evaluation.judge_cases(
+        runs = tables.runs_from_table(recorded_runs)
+        frame = judge_cases(
             evaluation_project.load(),
-            metamorphic.cases_with_copies(cases, derived_cases),
+            tables.cases_with_copies(cases, derived_cases),
             runs,
             version=context.partition_key,
             judged_by_run=context.run.run_id,
             replays=replays_for_judging(fault_replays, runs),
         )
-        counts = evaluation.outcome_counts(frame)
+        counts = outcome_counts(frame)
         context.add_output_metadata(
             {
                 "dagster/row_count": len(frame),
@@ -208,8 +214,8 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
     ) -> pd.DataFrame:
         loaded = evaluation_project.load()
         version = context.partition_key
-        decision = evaluation.decide_release_gate(loaded, verdicts, derived_cases)
-        frame = evaluation.gate_table(decision, version=version, judged_by_run=context.run.run_id)
+        decision = decide_release_gate(loaded, verdicts, derived_cases)
+        frame = gate_table(decision, version=version, judged_by_run=context.run.run_id)
         # The report is written here, not downstream: a blocking gate check skips anything
         # after the gate, and a blocked release is when the report is read most.
         results = results_from_tables(
@@ -247,8 +253,8 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
         rows = project_slices(
             evaluation_project.load(),
             verdicts,
-            metamorphic.cases_with_copies(cases, derived_cases),
-            evaluation.runs_from_table(recorded_runs),
+            tables.cases_with_copies(cases, derived_cases),
+            tables.runs_from_table(recorded_runs),
         )
         frame = slice_table(rows, version=context.partition_key, sliced_by_run=context.run.run_id)
         context.add_output_metadata(

@@ -20,9 +20,10 @@ from dagster import (
     sensor,
 )
 
-from ..errors import ProjectError
-from ..project import Project, load_project
-from ..system import current_system_version
+from ..model.config import Project
+from ..model.errors import ProjectError
+from ..project import load_project
+from ..run.system import current_system_version
 
 
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 from dagster import DagsterInstance
 
-from ..storage import dagster_home, file_lock
+from ..store.journal import file_lock
+from ..store.layout import dagster_home
 
 DAGSTER_YAML = """\
 # Written by oloproof. Runs started by the CLI, `dagster dev` and the schedule share this home.

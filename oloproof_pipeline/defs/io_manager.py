@@ -1,12 +1,15 @@
-"""Each asset (and each version partition) as one Parquet file under `.oloproof/tables/`."""
+"""Each asset (and each version partition) as one Parquet file under `.oloproof/tables/`,
+laid out as `store/layout.py` says (`table_path`), written and read by its functions."""
 
 from __future__ import annotations
 
-import uuid
+from pathlib import Path
 
 import pandas as pd
 from dagster import ConfigurableIOManagerFactory, InputContext, OutputContext, UPathIOManager
 from upath import UPath
+
+from ..store.layout import read_table_file, write_table_file
 
 
 class ParquetFiles(UPathIOManager):
@@ -15,15 +18,10 @@ class ParquetFiles(UPathIOManager):
     extension = ".parquet"
 
     def dump_to_path(self, context: OutputContext, obj: pd.DataFrame, path: UPath) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # Write next to the target and rename, so a reader never sees half a file; the name
-        # is the writer's own, as two runs of one version may write the same table at once.
-        partial = path.with_name(f"{path.name}.{uuid.uuid4().hex}.partial")
-        obj.to_parquet(str(partial), index=False)
-        partial.rename(path)
+        write_table_file(Path(str(path)), obj)
 
     def load_from_path(self, context: InputContext, path: UPath) -> pd.DataFrame:
-        return pd.read_parquet(str(path))
+        return read_table_file(Path(str(path)))
 
     def get_asset_relative_path(self, context: InputContext | OutputContext) -> UPath:
         # The project's tables are named without the code location's key prefix.

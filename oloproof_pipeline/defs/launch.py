@@ -8,9 +8,10 @@ from pathlib import Path
 
 from dagster import DagsterEventType, DagsterInstance
 
-from ..metamorphic import derive_cases
-from ..project import load_cases, load_project
-from ..system import current_system_version
+from ..model.cases import load_cases
+from ..model.transforms import derive_cases
+from ..project import load_project
+from ..run.system import current_system_version
 from . import EVALUATE_JOB, build_definitions, versions_partitions
 from .instance import instance_lock, project_instance
 

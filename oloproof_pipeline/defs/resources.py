@@ -2,20 +2,28 @@
 
 from __future__ import annotations
 
-from dagster import Config, ConfigurableResource
+from dagster import Config, ConfigurableResource, InitResourceContext
+from pydantic import PrivateAttr
 
-from ..fanout import Sandboxes
-from ..project import ExecutionConfig, Project, load_project
+from ..model.config import ExecutionConfig, Project
+from ..project import load_project
+from ..run.sandboxes import Sandboxes
 
 
 class EvaluationProject(ConfigurableResource):
-    """The evaluation project folder. Loaded afresh by each asset, so an edited file is
-    read by the next run and a bad one fails that run with a readable error."""
+    """The evaluation project folder, loaded once per run and shared by its assets; the next
+    run reads it afresh, so an edited file is seen and a bad one fails that run readably."""
 
     root: str
+    _project: Project | None = PrivateAttr(default=None)
+
+    def setup_for_execution(self, context: InitResourceContext) -> None:
+        self._project = None  # a new run reads the files again
 
     def load(self) -> Project:
-        return load_project(self.root)
+        if self._project is None:
+            self._project = load_project(self.root)
+        return self._project
 
 
 class RecordingConfig(Config):

@@ -1,4 +1,8 @@
-"""The evaluator registry: one evaluator kind per module, keyed by its `type`."""
+"""Evaluators: one kind per module, each a pure function of stored records (never the runner),
+and the registry that builds them from `oloproof.yaml`, keyed by `type`.
+
+To add a kind: write `evaluators/<kind>.py` (a config model and an `Evaluator` subclass) and
+add it to `EVALUATOR_TYPES` below."""
 
 from __future__ import annotations
 
@@ -8,12 +12,11 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from ..errors import ProjectError, describe_validation_error, yaml_line
-from ..project import CaseRecord
-from ..verdicts import Verdict
+from ..model.errors import ProjectError, describe_validation_error, yaml_line
 from .base import Evaluator, EvaluatorConfig, JudgingContext
 from .exact_match import ExactMatch
 from .fault_recovery import FaultRecovery
+from .judging import judge_all, judge_cases
 from .metamorphic_relation import MetamorphicRelation
 from .python_grader import PythonGrader
 from .state_matches import StateMatches
@@ -65,9 +68,12 @@ def build_evaluators(
     return evaluators
 
 
-def judge_all(evaluators: list[Evaluator], cases: list[CaseRecord], context: JudgingContext) -> list[Verdict]:
-    """One verdict per case and criterion, in case order."""
-    return [evaluator.judge_case(case, context) for case in cases for evaluator in evaluators]
-
-
-__all__ = ["EVALUATOR_TYPES", "Evaluator", "EvaluatorConfig", "JudgingContext", "build_evaluators", "judge_all"]
+__all__ = [
+    "EVALUATOR_TYPES",
+    "Evaluator",
+    "EvaluatorConfig",
+    "JudgingContext",
+    "build_evaluators",
+    "judge_all",
+    "judge_cases",
+]

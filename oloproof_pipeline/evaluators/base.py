@@ -8,9 +8,9 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
-from ..project import CaseRecord
-from ..recording import RecordedRun
-from ..verdicts import Verdict
+from ..model.cases import CaseRecord
+from ..model.records import RecordedRun
+from ..model.outcomes import EXCLUDED, METAMORPHIC_COPY, MISSING, Outcome, Verdict
 
 
 class EvaluatorConfig(BaseModel):
@@ -52,17 +52,17 @@ class Evaluator:
     def default_criterion(self) -> str:
         return self.type
 
-    def verdict(self, case: CaseRecord, outcome: str, reason: str, details: Any = None) -> Verdict:
+    def verdict(self, case: CaseRecord, outcome: Outcome, reason: str, details: Any = None) -> Verdict:
         return Verdict(case_id=case.case_id, criterion=self.criterion, outcome=outcome, reason=reason, details=details)
 
     def judge_case(self, case: CaseRecord, context: JudgingContext) -> Verdict:
         if case.is_derived and not self.judges_copies:
-            return self.verdict(case, "EXCLUDED", "metamorphic_copy")
+            return self.verdict(case, EXCLUDED, METAMORPHIC_COPY)
         recording = context.recording_of(case.case_id)
         if recording is None:
-            return self.verdict(case, "MISSING", "not_recorded")
+            return self.verdict(case, MISSING, "not_recorded")
         if recording.status != "ok":
-            return self.verdict(case, "MISSING", f"run_{recording.status}", {"error": recording.error})
+            return self.verdict(case, MISSING, f"run_{recording.status}", {"error": recording.error})
         return self.judge(case, recording, context)
 
     def judge(self, case: CaseRecord, recording: RecordedRun, context: JudgingContext) -> Verdict:

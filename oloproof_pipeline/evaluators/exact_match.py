@@ -6,11 +6,11 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import AfterValidator
 
-from ..project import CaseRecord
-from ..recording import RecordedRun
-from ..verdicts import Verdict
+from ..model.cases import CaseRecord
+from ..model.records import RecordedRun
+from ..model.outcomes import EXCLUDED, FAIL, PASS, Verdict
 from .base import Evaluator, EvaluatorConfig, JudgingContext
-from .paths import ABSENT, DottedPath, read_path, split_path
+from ..model.paths import ABSENT, DottedPath, read_path, split_path
 from .state_matches import values_equal
 
 # The parts of a case an `expected_field` may start from.
@@ -42,11 +42,11 @@ class ExactMatch(Evaluator):
     def judge(self, case: CaseRecord, recording: RecordedRun, context: JudgingContext) -> Verdict:
         expected = read_path(case_parts(case), self.config.expected_field)
         if expected is ABSENT:
-            return self.verdict(case, "EXCLUDED", "no_expected_value")
+            return self.verdict(case, EXCLUDED, "no_expected_value")
         actual = read_path(recording.output, self.config.field)
         if actual is ABSENT:
-            return self.verdict(case, "FAIL", "field_absent", {"expected": expected, "actual": None, "absent": True})
+            return self.verdict(case, FAIL, "field_absent", {"expected": expected, "actual": None, "absent": True})
         details = {"expected": expected, "actual": actual}
         if values_equal(expected, actual):
-            return self.verdict(case, "PASS", "matches", details)
-        return self.verdict(case, "FAIL", "differs", details)
+            return self.verdict(case, PASS, "matches", details)
+        return self.verdict(case, FAIL, "differs", details)

@@ -1,7 +1,7 @@
 """`fault_recovery`: how the agent behaves when one tool call fails.
 
 The `fault_replays` asset replays each case with the `occurrence`-th call of `tool` answered by
-a fixed fault; this evaluator judges the stored replay (see `oloproof_pipeline.replay`): a
+a fixed fault (see `run/replaying.py`); this evaluator judges the stored replay: a
 recorded constraint that failed is FAIL (`acted_wrongly`), an escalation after the fault PASS
 (`escalated`), then truncated MISSING, success PASS (`recovered`), failure FAIL. A replay that
 cannot be trusted (the control run did not reproduce the recording, the fault never reached the
@@ -10,14 +10,15 @@ agent) is MISSING, never a pass. Cases that never made the call are EXCLUDED.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from pydantic import Field
 
-from ..project import CaseRecord
-from ..recording import RecordedRun
-from ..replay import FaultKind, FaultPlan, judge_fault_replay
-from ..verdicts import Verdict
+from ..model.cases import CaseRecord
+from ..model.faults import FaultKind, FaultPlan, FaultReplay, checkpoint_before
+from ..model.outcomes import EXCLUDED, FAIL, MISSING, PASS, Judgement, Verdict
+from ..model.records import RecordedRun, ReplayResult
+from ..model.trajectory import Checkpoint, Trajectory, first_difference, plain_json
 from .base import Evaluator, EvaluatorConfig, JudgingContext
 
 
@@ -55,3 +56,117 @@ class FaultRecovery(Evaluator):
             replay = None  # made from an older recording or another plan: not evidence for this one
         judgement = judge_fault_replay(recording.trajectory, plan, replay)
         return self.verdict(case, judgement.outcome, judgement.reason, judgement.details)
+
+
+# -- judging a replay (pure) ---------------------------------------------------------------
+
+
+def describe_call(signatures: list[tuple[str | None, Any]], index: int) -> dict[str, Any] | None:
+    if index >= len(signatures):
+        return None
+    tool, arguments = signatures[index]
+    return {"tool": tool, "arguments": arguments}
+
+
+def call_difference(recorded: Trajectory, replayed: Trajectory, upto: int | None = None) -> dict[str, Any] | None:
+    """Where the replay's calls first differ from the recording's (among the first `upto`)."""
+    ours, theirs = recorded.call_signatures()[:upto], replayed.call_signatures()[:upto]
+    at = first_difference(ours, theirs)
+    if at is None:
+        return None
+    return {"at_call": at, "recorded": describe_call(ours, at), "replayed": describe_call(theirs, at)}
+
+
+def control_divergence(recorded: Trajectory, control: Trajectory) -> dict[str, Any] | None:
+    """Why the control replay does not reproduce the recording, or None when it does."""
+    difference = call_difference(recorded, control)
+    if difference is not None:
+        return difference
+    if control.terminal_status != recorded.terminal_status:
+        return {"terminal_status": {"recorded": recorded.terminal_status, "replayed": control.terminal_status}}
+    return None
+
+
+def injection_problem(recorded: Trajectory, faulted: Trajectory, call_index: int, plan: FaultPlan) -> dict[str, Any] | None:
+    """None when the faulted replay made the recorded call at `call_index` and the injected
+    result came back right after it."""
+    recorded_call = describe_call(recorded.call_signatures(), call_index)
+    replayed_call = describe_call(faulted.call_signatures(), call_index)
+    calls = faulted.calls()
+    result = plain_json(calls[call_index].result) if call_index < len(calls) else None
+    if replayed_call == recorded_call and result == plain_json(plan.injected_result):
+        return None
+    return {
+        "at_call": call_index,
+        "recorded": recorded_call,
+        "replayed": replayed_call,
+        "expected_result": plan.injected_result,
+        "result": result,
+    }
+
+
+def replay_problem(which: str, result: ReplayResult | None) -> Judgement | None:
+    """A replay that did not finish makes the case MISSING, named after what went wrong."""
+    if result is None:
+        return Judgement(outcome=MISSING, reason="not_replayed", details={"replay": which})
+    if result.status == "ok" and result.trajectory is not None:
+        return None
+    reason = "system_not_replayable" if result.status == "not_replayable" else f"replay_{result.status}"
+    if result.status == "ok":
+        reason = "replay_without_trajectory"
+    return Judgement(outcome=MISSING, reason=reason, details={"replay": which, "error": result.error})
+
+
+def judge_fault_replay(recording: Trajectory | None, plan: FaultPlan, replay: FaultReplay | None) -> Judgement:
+    """Trust checks first (any failure is MISSING, never a pass), then the verdict in order:
+    a failed recorded constraint, an escalation after the fault, truncated, success, failure."""
+    call_index = plan.faulted_call_index(recording)
+    if recording is None or call_index is None:
+        return Judgement(
+            outcome=EXCLUDED, reason="fault_target_not_called", details={"tool": plan.tool, "occurrence": plan.occurrence}
+        )
+    checkpoint = checkpoint_before(recording, call_index)
+    if checkpoint is None:
+        return Judgement(outcome=MISSING, reason="no_checkpoint_recorded", details={"faulted_call": call_index})
+    control, faulted = (replay.control(), replay.faulted()) if replay is not None else (None, None)
+    for which, result in (("control", control), ("faulted", faulted)):
+        problem = replay_problem(which, result)
+        if problem is not None:
+            return problem
+        if which == "control":
+            divergence = control_divergence(recording, control.trajectory)
+            if divergence is not None:
+                return Judgement(outcome=MISSING, reason="control_diverged", details=divergence)
+    before = call_difference(recording, faulted.trajectory, upto=call_index)
+    if before is not None:
+        return Judgement(outcome=MISSING, reason="replay_diverged_before_checkpoint", details=before)
+    missing_fault = injection_problem(recording, faulted.trajectory, call_index, plan)
+    if missing_fault is not None:
+        return Judgement(outcome=MISSING, reason="replay_did_not_inject_the_fault", details=missing_fault)
+    return verdict_after_fault(faulted, call_index, checkpoint, plan)
+
+
+def verdict_after_fault(faulted: ReplayResult, call_index: int, checkpoint: Checkpoint, plan: FaultPlan) -> Judgement:
+    trajectory = faulted.trajectory
+    signatures = trajectory.call_signatures()
+    after = [describe_call(signatures, index) for index in range(call_index + 1, len(signatures))]
+    failed = [constraint.model_dump(mode="json") for constraint in trajectory.failed_constraints()]
+    escalations = [call for call in after if call["tool"] in plan.escalate_tools]
+    details = {
+        "faulted_call": {**describe_call(signatures, call_index), "index": call_index},
+        "injected_result": plan.injected_result,
+        "checkpoint": checkpoint.model_dump(mode="json"),
+        "calls_after_fault": after,
+        "terminal_status": trajectory.terminal_status,
+        "failed_constraints": failed,
+        "output": faulted.output,
+    }
+    if failed:
+        return Judgement(outcome=FAIL, reason="acted_wrongly", details=details)
+    if escalations:
+        return Judgement(outcome=PASS, reason="escalated", details=details)
+    if trajectory.terminal_status == "truncated":
+        return Judgement(outcome=MISSING, reason="replay_truncated", details=details)
+    if trajectory.terminal_status == "success":
+        return Judgement(outcome=PASS, reason="recovered", details=details)
+    return Judgement(outcome=FAIL, reason="failed_without_escalation", details=details)

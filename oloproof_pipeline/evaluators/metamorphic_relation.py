@@ -12,11 +12,12 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from ..project import CaseRecord
-from ..recording import RecordedRun
-from ..verdicts import Verdict
+from ..model.cases import CaseRecord
+from ..model.records import RecordedRun
+from ..model.trajectory import first_difference
+from ..model.outcomes import ANOTHER_TRANSFORM, EXCLUDED, FAIL, MISSING, NOT_A_METAMORPHIC_PAIR, PASS, Verdict
 from .base import Evaluator, EvaluatorConfig, JudgingContext
-from .paths import ABSENT, DottedPath, absent_as_none, read_path
+from ..model.paths import ABSENT, DottedPath, absent_as_none, read_path
 from .state_matches import StateComparison, values_equal
 
 Relation = Literal["same_output", "same_actions", "same_state"]
@@ -46,16 +47,16 @@ class MetamorphicRelation(Evaluator):
 
     def judge_case(self, case: CaseRecord, context: JudgingContext) -> Verdict:
         if not case.is_derived:
-            return self.verdict(case, "EXCLUDED", "not_a_metamorphic_pair")
+            return self.verdict(case, EXCLUDED, NOT_A_METAMORPHIC_PAIR)
         if case.transform != self.config.transform:
-            return self.verdict(case, "EXCLUDED", "another_transform", {"transform": case.transform})
+            return self.verdict(case, EXCLUDED, ANOTHER_TRANSFORM, {"transform": case.transform})
         source = context.recording_of(case.source_id or "")
         derived = context.recording_of(case.case_id)
         for side, recording in (("source", source), ("copy", derived)):
             if recording is None:
-                return self.verdict(case, "MISSING", f"{side}_not_recorded", {"source": case.source_id})
+                return self.verdict(case, MISSING, f"{side}_not_recorded", {"source": case.source_id})
             if recording.status != "ok":
-                return self.verdict(case, "MISSING", f"{side}_run_{recording.status}", {"error": recording.error})
+                return self.verdict(case, MISSING, f"{side}_run_{recording.status}", {"error": recording.error})
         assert source is not None and derived is not None
         return self.judge_pair(case, source, derived)
 
@@ -74,23 +75,23 @@ class MetamorphicRelation(Evaluator):
         source_value, copy_value = read_path(source.output, path), read_path(derived.output, path)
         details = {"field": path or None, "source": absent_as_none(source_value), "copy": absent_as_none(copy_value)}
         if source_value is ABSENT and copy_value is ABSENT:
-            return self.verdict(case, "MISSING", "output_field_absent", details)
+            return self.verdict(case, MISSING, "output_field_absent", details)
         if source_value is ABSENT or copy_value is ABSENT:
             side = "source" if source_value is ABSENT else "copy"
-            return self.verdict(case, "FAIL", f"output_differs: {path} absent from the {side}", details)
+            return self.verdict(case, FAIL, f"output_differs: {path} absent from the {side}", details)
         if values_equal(source_value, copy_value):
-            return self.verdict(case, "PASS", "same_output", details)
-        return self.verdict(case, "FAIL", f"output_differs: {path or '(whole output)'}", details)
+            return self.verdict(case, PASS, "same_output", details)
+        return self.verdict(case, FAIL, f"output_differs: {path or '(whole output)'}", details)
 
     def _same_actions(self, case: CaseRecord, source: RecordedRun, derived: RecordedRun) -> Verdict:
         if source.trajectory is None or derived.trajectory is None:
             side = "source" if source.trajectory is None else "copy"
-            return self.verdict(case, "MISSING", f"{side}_has_no_trajectory")
+            return self.verdict(case, MISSING, f"{side}_has_no_trajectory")
         source_calls = [_call(signature) for signature in source.trajectory.tool_call_signatures()]
         copy_calls = [_call(signature) for signature in derived.trajectory.tool_call_signatures()]
-        index = first_differing_call(source_calls, copy_calls)
+        index = first_difference(source_calls, copy_calls, same=same_call)
         if index is None:
-            return self.verdict(case, "PASS", "same_actions", {"calls": len(source_calls)})
+            return self.verdict(case, PASS, "same_actions", {"calls": len(source_calls)})
         details = {
             "first_difference": index,
             "source_call": source_calls[index] if index < len(source_calls) else None,
@@ -98,12 +99,12 @@ class MetamorphicRelation(Evaluator):
             "source_calls": source_calls,
             "copy_calls": copy_calls,
         }
-        return self.verdict(case, "FAIL", f"actions_differ: call {index}: {_describe(details)}", details)
+        return self.verdict(case, FAIL, f"actions_differ: call {index}: {_describe(details)}", details)
 
     def _same_state(self, case: CaseRecord, source: RecordedRun, derived: RecordedRun) -> Verdict:
         if source.environment_state is None or derived.environment_state is None:
             side = "source" if source.environment_state is None else "copy"
-            return self.verdict(case, "MISSING", f"{side}_has_no_recorded_state")
+            return self.verdict(case, MISSING, f"{side}_has_no_recorded_state")
         rows = StateComparison(mode="exact").rows("", source.state_after, derived.state_after)
         differing = [
             {"path": row["path"] or "(whole state)", "source": row["expected"], "copy": row["actual"],
@@ -113,8 +114,8 @@ class MetamorphicRelation(Evaluator):
             if not row["matched"]
         ]
         if not differing:
-            return self.verdict(case, "PASS", "same_state", {"compared_paths": len(rows)})
-        return self.verdict(case, "FAIL", f"state_differs: {differing[0]['path']}", {"differences": differing})
+            return self.verdict(case, PASS, "same_state", {"compared_paths": len(rows)})
+        return self.verdict(case, FAIL, f"state_differs: {differing[0]['path']}", {"differences": differing})
 
 
 def _call(signature: tuple[str | None, dict[str, Any] | None]) -> dict[str, Any]:
@@ -122,14 +123,9 @@ def _call(signature: tuple[str | None, dict[str, Any] | None]) -> dict[str, Any]
     return {"tool": tool, "arguments": arguments}
 
 
-def first_differing_call(source_calls: list[dict[str, Any]], copy_calls: list[dict[str, Any]]) -> int | None:
-    """The index of the first call that differs in tool or arguments (or where one run stops)."""
-    for index, (source_call, copy_call) in enumerate(zip(source_calls, copy_calls)):
-        if source_call["tool"] != copy_call["tool"] or not values_equal(source_call["arguments"], copy_call["arguments"]):
-            return index
-    if len(source_calls) != len(copy_calls):
-        return min(len(source_calls), len(copy_calls))
-    return None
+def same_call(source_call: dict[str, Any], copy_call: dict[str, Any]) -> bool:
+    """Same tool, and arguments equal as state values are (so `True` is not `1`)."""
+    return source_call["tool"] == copy_call["tool"] and values_equal(source_call["arguments"], copy_call["arguments"])
 
 
 def _describe(details: dict[str, Any]) -> str:

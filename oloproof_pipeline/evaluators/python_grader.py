@@ -17,17 +17,19 @@ judged.
 
 from __future__ import annotations
 
+import json
 import traceback
 from pathlib import Path
 from typing import Any, Callable, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
-from ..errors import ProjectError
-from ..project import CaseRecord
-from ..recording import RecordedRun
-from ..verdicts import Outcome, Verdict
-from ..violations import Violation
+from ..model.errors import ProjectError
+from ..model.modules import load_callable
+from ..model.cases import CaseRecord
+from ..model.records import RecordedRun
+from ..model.outcomes import MISSING, Judgement, Verdict
+from ..model.violations import Violation
 from .base import Evaluator, EvaluatorConfig, JudgingContext
 
 REFERENCE = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
@@ -37,24 +39,14 @@ class PythonGraderConfig(EvaluatorConfig):
     function: str = Field(pattern=REFERENCE)
 
 
-class GraderReturn(BaseModel):
-    """What a grader function may return, checked before it becomes a verdict."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    outcome: Outcome
-    reason: str = Field(min_length=1)
-    details: Any = None
-
-
-def grader_return(value: Any) -> GraderReturn:
+def grader_return(value: Any) -> Judgement:
     """The function's return as plain data; ValueError says what is wrong with it."""
     if isinstance(value, Verdict):
         value = value.model_dump(include={"outcome", "reason", "details"})
     if not isinstance(value, dict):
         raise ValueError(f"returned {type(value).__name__}, not a Verdict or a dict with outcome, reason, details")
     try:
-        returned = GraderReturn.model_validate(value)
+        returned = Judgement.model_validate(value)
     except ValidationError as error:
         problems = [f"{'.'.join(map(str, item['loc']))}: {item['msg']}" for item in error.errors()]
         raise ValueError("; ".join(problems)) from None
@@ -77,8 +69,6 @@ def _check_violations(details: Any) -> None:
 
 
 def _check_json(details: Any) -> None:
-    import json
-
     try:
         json.dumps(details, allow_nan=False)
     except (TypeError, ValueError) as error:
@@ -110,8 +100,6 @@ class PythonGrader(Evaluator):
 
     def function(self) -> Callable[..., Any]:
         if self._function is None:
-            from ..system import load_callable  # system imports the project model; loaded late
-
             if self._project_root is None:
                 raise ProjectError(f"{self._where}: the grader was built without a project folder")
             loaded = load_callable(self._project_root, self.config.function, where=self._where)
@@ -127,9 +115,9 @@ class PythonGrader(Evaluator):
         except Exception as error:  # a grader's bug is no evidence about the agent
             frames = traceback.extract_tb(error.__traceback__)
             where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
-            return self.verdict(case, "MISSING", "grader_error", {"error": f"{type(error).__name__}: {error}{where}"})
+            return self.verdict(case, MISSING, "grader_error", {"error": f"{type(error).__name__}: {error}{where}"})
         try:
             returned = grader_return(value)
         except ValueError as problem:
-            return self.verdict(case, "MISSING", "grader_bad_return", {"error": str(problem)})
+            return self.verdict(case, MISSING, "grader_bad_return", {"error": str(problem)})
         return self.verdict(case, returned.outcome, returned.reason, returned.details)

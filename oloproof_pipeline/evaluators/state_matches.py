@@ -21,11 +21,11 @@ from deepdiff import DeepDiff
 from deepdiff.operator import BaseOperator
 from pydantic import Field
 
-from ..project import CaseRecord
-from ..recording import RecordedRun
-from ..verdicts import Verdict
+from ..model.cases import CaseRecord
+from ..model.records import RecordedRun
+from ..model.outcomes import EXCLUDED, FAIL, MISSING, PASS, Verdict
 from .base import Evaluator, EvaluatorConfig, JudgingContext
-from .paths import ABSENT, DottedPath, absent_as_none, join_path, read_keys, read_path, split_path
+from ..model.paths import ABSENT, DottedPath, absent_as_none, join_path, read_keys, read_path, split_path
 from .state_views import GlobPath, glob_matches, state_view
 
 Mode = Literal["exact", "subset"]
@@ -168,15 +168,15 @@ class StateMatches(Evaluator):
     def judge(self, case: CaseRecord, recording: RecordedRun, context: JudgingContext) -> Verdict:
         expected_state = self.view(expected_state_of(case))
         if expected_state is ABSENT:
-            return self.verdict(case, "EXCLUDED", "no_expected_state")
+            return self.verdict(case, EXCLUDED, "no_expected_state")
         if recording.environment_state is None:
-            return self.verdict(case, "MISSING", "no_recorded_state")
+            return self.verdict(case, MISSING, "no_recorded_state")
         state_after = self.view(recording.state_after)
         paths = self.config.paths or [""]
         unstated = [path for path in paths if read_path(expected_state, path) is ABSENT]
         if unstated:
             # The case says nothing about these paths: judging only the rest would pass it on less.
-            return self.verdict(case, "EXCLUDED", "path_not_expected", {"paths": unstated})
+            return self.verdict(case, EXCLUDED, "path_not_expected", {"paths": unstated})
         row_tables = tuple(tuple(split_path(table)) for table in self.config.match_rows_by)
         comparison = StateComparison(self.config.mode, self.config.tolerance, row_tables)
         rows = [
@@ -186,5 +186,5 @@ class StateMatches(Evaluator):
         ]
         first = first_difference(rows)
         if first is None:
-            return self.verdict(case, "PASS", "state_matches", rows)
-        return self.verdict(case, "FAIL", f"state_differs: {first}", rows)
+            return self.verdict(case, PASS, "state_matches", rows)
+        return self.verdict(case, FAIL, f"state_differs: {first}", rows)

@@ -10,11 +10,11 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from ..project import CaseRecord
-from ..recording import RecordedRun
-from ..verdicts import Verdict
+from ..model.cases import CaseRecord
+from ..model.records import RecordedRun
+from ..model.outcomes import EXCLUDED, FAIL, MISSING, PASS, Verdict
 from .base import Evaluator, EvaluatorConfig, JudgingContext
-from .paths import DottedPath, read_path
+from ..model.paths import DottedPath, read_path
 from .state_matches import StateComparison, first_difference
 
 
@@ -30,9 +30,9 @@ class StateUnchanged(Evaluator):
 
     def judge(self, case: CaseRecord, recording: RecordedRun, context: JudgingContext) -> Verdict:
         if case.initial_state is None:
-            return self.verdict(case, "EXCLUDED", "no_initial_state")
+            return self.verdict(case, EXCLUDED, "no_initial_state")
         if recording.environment_state is None:
-            return self.verdict(case, "MISSING", "no_recorded_state")
+            return self.verdict(case, MISSING, "no_recorded_state")
         comparison = StateComparison("exact")
         rows = [
             row
@@ -41,5 +41,5 @@ class StateUnchanged(Evaluator):
         ]
         first = first_difference(rows)
         if first is None:
-            return self.verdict(case, "PASS", "state_unchanged", rows)
-        return self.verdict(case, "FAIL", f"state_changed: {first}", rows)
+            return self.verdict(case, PASS, "state_unchanged", rows)
+        return self.verdict(case, FAIL, f"state_changed: {first}", rows)

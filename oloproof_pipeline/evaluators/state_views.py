@@ -13,7 +13,7 @@ from typing import Annotated, Any, Iterable, Sequence
 
 from pydantic import AfterValidator
 
-from .paths import ABSENT, split_path
+from ..model.paths import ABSENT, split_path
 
 WILDCARD = "*"
 

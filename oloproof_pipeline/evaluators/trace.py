@@ -25,54 +25,19 @@ not apply to (no call of the tool, no such event) is EXCLUDED with the reason.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ..project import CaseRecord
-from ..recording import RecordedRun
-from ..trajectory import Trajectory
-from ..verdicts import Verdict
-from ..violations import Violation
+from ..model.cases import CaseRecord
+from ..model.outcomes import EXCLUDED, FAIL, MISSING, PASS, Judgement, Verdict
+from ..model.paths import ABSENT, DottedPath, read_path
+from ..model.records import RecordedRun
+from ..model.trajectory import EventAt, ToolCall
+from ..model.violations import Violation
 from .base import Evaluator, EvaluatorConfig, JudgingContext
-from .paths import ABSENT, DottedPath, read_path
 
-# -- the trajectory as the rules read it ---------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Call:
-    number: int  # counted from 1, as events' `at_step` counts
-    tool: str | None
-    arguments: dict[str, Any]
-    role: str | None
-    result: Any
-
-
-@dataclass(frozen=True)
-class EventAt:
-    after_calls: int
-    event: dict[str, Any]
-
-    @property
-    def name(self) -> Any:
-        return self.event.get("event")
-
-
-def read_trace(trajectory: Trajectory) -> tuple[list[Call], list[EventAt]]:
-    """The tool calls with their results, and each event with the number of calls before it."""
-    calls: list[Call] = []
-    events: list[EventAt] = []
-    steps = trajectory.steps
-    for position, step in enumerate(steps):
-        if step.kind == "tool_call":
-            following = steps[position + 1] if position + 1 < len(steps) else None
-            result = following.result if following is not None and following.kind == "tool_result" else None
-            calls.append(Call(len(calls) + 1, step.tool, step.arguments or {}, step.role, result))
-        elif step.kind == "event" and step.event is not None:
-            events.append(EventAt(len(calls), step.event))
-    return calls, events
+# -- what a call or an event is about -----------------------------------------------------------
 
 
 def id_field(values: dict[str, Any]) -> str | None:
@@ -86,117 +51,41 @@ def is_non_empty(value: Any) -> bool:
     return value is not None and value is not False
 
 
-# -- rule configs (one model per rule, chosen by `rule`) ----------------------------------------
-
-
-class TraceRuleConfig(EvaluatorConfig):
-    # The argument that names the record a violation is about (default: the first `*_id`).
-    record: str | None = None
-
-    def record_of(self, call: Call) -> str | None:
-        if self.record is not None:
-            value = call.arguments.get(self.record)
-            return None if value is None else str(value)
-        return id_field(call.arguments)
-
-
-class ToolSetRule(TraceRuleConfig):
-    """Rules over a set of tools accept `tool: X` as a shorthand for `tools: [X]`."""
-
-    tools: list[str] = Field(min_length=1)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _one_tool_is_a_set(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "tool" in data and "tools" not in data:
-            data = {**data, "tools": [data["tool"]]}
-            data.pop("tool")
-        return data
-
-
-class CalledBeforeConfig(ToolSetRule):
-    rule: Literal["called_before"]
-    before: str
-
-
-class NeverSucceedsWhileConfig(TraceRuleConfig):
-    rule: Literal["never_succeeds_while"]
-    tool: str
-    field: DottedPath = "blocked_by"
-    success_field: DottedPath = "status"
-    success_values: list[Any] | None = None
-
-
-class OnlyWithRoleConfig(ToolSetRule):
-    rule: Literal["only_with_role"]
-    roles: list[str] = Field(min_length=1)
-
-
-class RecheckAfterEventConfig(ToolSetRule):
-    rule: Literal["recheck_after_event"]
-    # One event name, or several (any of them calls for a recheck).
-    event: str | list[str] = Field(min_length=1)
-    before: str
-
-    @property
-    def event_names(self) -> list[str]:
-        return [self.event] if isinstance(self.event, str) else list(self.event)
-
-
-RuleName = Literal["called_before", "never_succeeds_while", "only_with_role", "recheck_after_event"]
-RULE_CONFIGS: dict[str, type[TraceRuleConfig]] = {
-    "called_before": CalledBeforeConfig,
-    "never_succeeds_while": NeverSucceedsWhileConfig,
-    "only_with_role": OnlyWithRoleConfig,
-    "recheck_after_event": RecheckAfterEventConfig,
-}
-
-
-class _RuleChoice(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-    rule: RuleName
-
-
-class TraceConfig:
-    """Validates an entry against the model of the rule it names, so an error points at the
-    rule's own field (`evaluators[3].before: required key is missing`)."""
-
-    @staticmethod
-    def model_validate(data: Any) -> TraceRuleConfig:
-        rule = _RuleChoice.model_validate(data).rule
-        return RULE_CONFIGS[rule].model_validate(data)
-
-
 # -- the rules -----------------------------------------------------------------------------------
 
 
-@dataclass
-class RuleOutcome:
-    outcome: Literal["PASS", "FAIL", "MISSING", "EXCLUDED"]
-    reason: str
-    checked: int = 0
-    violations: list[Violation] = field(default_factory=list)
-    unknown: list[dict[str, Any]] = field(default_factory=list)
+RuleCheck = Callable[..., Judgement]
 
 
-def judged(checked: int, violations: list[Violation], unknown: list[dict[str, Any]] | None = None) -> RuleOutcome:
+def _details(checked: int, violations: list[Violation], unknown: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    details: dict[str, Any] = {"checked": checked, "violations": [violation.model_dump() for violation in violations]}
+    if unknown:
+        details["unknown"] = unknown
+    return details
+
+
+def not_applicable(reason: str) -> Judgement:
+    """The case gives the rule nothing to judge."""
+    return Judgement(outcome=EXCLUDED, reason=reason, details=_details(0, []))
+
+
+def judged(checked: int, violations: list[Violation], unknown: list[dict[str, Any]] | None = None) -> Judgement:
     """FAIL on any violation, then MISSING when some call could not be judged, else PASS."""
     if violations:
         first = violations[0]
         where = " ".join(str(part) for part in (first.tool, first.record) if part)
-        return RuleOutcome("FAIL", f"violated at step {first.step}: {where}", checked, violations, unknown or [])
+        return Judgement(outcome=FAIL, reason=f"violated at step {first.step}: {where}", details=_details(checked, violations, unknown))
     if unknown:
-        return RuleOutcome("MISSING", "field_not_in_result", checked, [], unknown)
-    return RuleOutcome("PASS", "kept", checked)
+        return Judgement(outcome=MISSING, reason="field_not_in_result", details=_details(checked, [], unknown))
+    return Judgement(outcome=PASS, reason="kept", details=_details(checked, []))
 
 
 def called_before(
-    config: CalledBeforeConfig, calls: list[Call], events: list[EventAt], case: CaseRecord
-) -> RuleOutcome:
+    config: CalledBeforeConfig, calls: list[ToolCall], events: list[EventAt], case: CaseRecord
+) -> Judgement:
     actions = [call for call in calls if call.tool == config.before]
     if not actions:
-        return RuleOutcome("EXCLUDED", f"no_{config.before}_call")
+        return not_applicable(f"no_{config.before}_call")
     first = actions[0]  # a call before the first action is before every later one too
     if any(call.tool in config.tools for call in calls[: first.number - 1]):
         return judged(1, [])
@@ -217,11 +106,11 @@ def succeeded(config: NeverSucceedsWhileConfig, result: Any) -> bool:
 
 
 def never_succeeds_while(
-    config: NeverSucceedsWhileConfig, calls: list[Call], events: list[EventAt], case: CaseRecord
-) -> RuleOutcome:
+    config: NeverSucceedsWhileConfig, calls: list[ToolCall], events: list[EventAt], case: CaseRecord
+) -> Judgement:
     actions = [call for call in calls if call.tool == config.tool]
     if not actions:
-        return RuleOutcome("EXCLUDED", f"no_{config.tool}_call")
+        return not_applicable(f"no_{config.tool}_call")
     violations, unknown = [], []
     for call in actions:
         if not succeeded(config, call.result):
@@ -243,11 +132,11 @@ def never_succeeds_while(
 
 
 def only_with_role(
-    config: OnlyWithRoleConfig, calls: list[Call], events: list[EventAt], case: CaseRecord
-) -> RuleOutcome:
+    config: OnlyWithRoleConfig, calls: list[ToolCall], events: list[EventAt], case: CaseRecord
+) -> Judgement:
     guarded = [call for call in calls if call.tool in config.tools]
     if not guarded:
-        return RuleOutcome("EXCLUDED", f"no_{'_or_'.join(config.tools)}_call")
+        return not_applicable(f"no_{'_or_'.join(config.tools)}_call")
     violations = [
         Violation(
             rule=config.rule,
@@ -264,14 +153,14 @@ def only_with_role(
 
 
 def recheck_after_event(
-    config: RecheckAfterEventConfig, calls: list[Call], events: list[EventAt], case: CaseRecord
-) -> RuleOutcome:
+    config: RecheckAfterEventConfig, calls: list[ToolCall], events: list[EventAt], case: CaseRecord
+) -> Judgement:
     names = config.event_names
     matching = [event for event in events if event.name in names]
     if not matching:
         scripted = any(event.get("event") in names for event in case.events or [])
         # A scripted event the agent never got to (it made fewer calls) is no evidence either way.
-        return RuleOutcome("EXCLUDED", "event_not_reached" if scripted else f"no_{'_or_'.join(names)}_event")
+        return not_applicable("event_not_reached" if scripted else f"no_{'_or_'.join(names)}_event")
     checked, violations = 0, []
     for event in matching:
         later = [call for call in calls if call.number > event.after_calls]
@@ -293,16 +182,111 @@ def recheck_after_event(
                 )
             )
     if not checked:
-        return RuleOutcome("EXCLUDED", f"no_{config.before}_after_the_event")
+        return not_applicable(f"no_{config.before}_after_the_event")
     return judged(checked, violations)
 
 
-RULES: dict[str, Callable[..., RuleOutcome]] = {
-    "called_before": called_before,
-    "never_succeeds_while": never_succeeds_while,
-    "only_with_role": only_with_role,
-    "recheck_after_event": recheck_after_event,
+# -- rule configs (one model per rule, chosen by `rule`) ----------------------------------------
+
+
+class TraceRuleConfig(EvaluatorConfig):
+    rule: str
+    # The argument that names the record a violation is about (default: the first `*_id`).
+    record: str | None = None
+    check: ClassVar[RuleCheck]
+
+    def subject(self) -> str:
+        """What the rule is about, in its default criterion name."""
+        raise NotImplementedError
+
+    def record_of(self, call: ToolCall) -> str | None:
+        if self.record is not None:
+            value = (call.arguments or {}).get(self.record)
+            return None if value is None else str(value)
+        return id_field(call.arguments or {})
+
+
+class ToolSetRule(TraceRuleConfig):
+    """Rules over a set of tools accept `tool: X` as a shorthand for `tools: [X]`."""
+
+    tools: list[str] = Field(min_length=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_tool_is_a_set(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "tool" in data and "tools" not in data:
+            data = {**data, "tools": [data["tool"]]}
+            data.pop("tool")
+        return data
+
+
+class CalledBeforeConfig(ToolSetRule):
+    rule: Literal["called_before"]
+    before: str
+    check: ClassVar[RuleCheck] = called_before
+
+    def subject(self) -> str:
+        return self.before
+
+
+class NeverSucceedsWhileConfig(TraceRuleConfig):
+    rule: Literal["never_succeeds_while"]
+    tool: str
+    field: DottedPath = "blocked_by"
+    success_field: DottedPath = "status"
+    success_values: list[Any] | None = None
+    check: ClassVar[RuleCheck] = never_succeeds_while
+
+    def subject(self) -> str:
+        return self.tool
+
+
+class OnlyWithRoleConfig(ToolSetRule):
+    rule: Literal["only_with_role"]
+    roles: list[str] = Field(min_length=1)
+    check: ClassVar[RuleCheck] = only_with_role
+
+    def subject(self) -> str:
+        return "_".join(self.tools)
+
+
+class RecheckAfterEventConfig(ToolSetRule):
+    rule: Literal["recheck_after_event"]
+    # One event name, or several (any of them calls for a recheck).
+    event: str | list[str] = Field(min_length=1)
+    before: str
+    check: ClassVar[RuleCheck] = recheck_after_event
+
+    @property
+    def event_names(self) -> list[str]:
+        return [self.event] if isinstance(self.event, str) else list(self.event)
+
+    def subject(self) -> str:
+        return "_or_".join(self.event_names)
+
+
+# The one list of rules: to add a rule, write its check above and its config class here.
+RULE_CONFIGS: dict[str, type[TraceRuleConfig]] = {
+    config.model_fields["rule"].annotation.__args__[0]: config
+    for config in (CalledBeforeConfig, NeverSucceedsWhileConfig, OnlyWithRoleConfig, RecheckAfterEventConfig)
 }
+RuleName = Literal[tuple(RULE_CONFIGS)]  # type: ignore[valid-type]
+
+
+class _RuleChoice(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    rule: RuleName
+
+
+class TraceConfig:
+    """Validates an entry against the model of the rule it names, so an error points at the
+    rule's own field (`evaluators[3].before: required key is missing`)."""
+
+    @staticmethod
+    def model_validate(data: Any) -> TraceRuleConfig:
+        rule = _RuleChoice.model_validate(data).rule
+        return RULE_CONFIGS[rule].model_validate(data)
 
 
 # -- the evaluator -------------------------------------------------------------------------------
@@ -314,25 +298,11 @@ class Trace(Evaluator):
     config: TraceRuleConfig
 
     def default_criterion(self) -> str:
-        config = self.config
-        subject = {
-            "called_before": lambda: config.before,
-            "never_succeeds_while": lambda: config.tool,
-            "only_with_role": lambda: "_".join(config.tools),
-            "recheck_after_event": lambda: "_or_".join(config.event_names),
-        }[config.rule]()
-        return f"trace_{config.rule}_{subject}"
+        return f"trace_{self.config.rule}_{self.config.subject()}"
 
     def judge(self, case: CaseRecord, recording: RecordedRun, context: JudgingContext) -> Verdict:
         if recording.trajectory is None:
-            return self.verdict(case, "MISSING", "no_trajectory")
-        calls, events = read_trace(recording.trajectory)
-        result = RULES[self.config.rule](self.config, calls, events, case)
-        details = {
-            "rule": self.config.rule,
-            "checked": result.checked,
-            "violations": [violation.model_dump() for violation in result.violations],
-        }
-        if result.unknown:
-            details["unknown"] = result.unknown
-        return self.verdict(case, result.outcome, result.reason, details)
+            return self.verdict(case, MISSING, "no_trajectory")
+        trajectory = recording.trajectory
+        judgement = self.config.check(trajectory.calls(), trajectory.events(), case)
+        return self.verdict(case, judgement.outcome, judgement.reason, {"rule": self.config.rule, **judgement.details})

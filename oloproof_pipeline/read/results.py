@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from .errors import ProjectError
-from .storage import read_table, stored_partitions
-from .tables import CASE_NESTED, GATE_NESTED, RUN_NESTED, VERDICT_NESTED, rows_from_frame
+from ..model.errors import ProjectError
+from ..model.outcomes import OUTCOMES
+from ..store.layout import read_table, stored_partitions
+from ..store.tables import CASE_NESTED, GATE_NESTED, RUN_NESTED, VERDICT_NESTED, rows_from_frame
 
 
 @dataclass
@@ -108,3 +111,14 @@ def compared_paths(verdict: dict[str, Any]) -> list[dict[str, Any]]:
     if isinstance(details, list) and all(isinstance(row, dict) and "path" in row for row in details):
         return details
     return []
+
+
+def outcome_counts(verdicts: pd.DataFrame) -> dict[str, dict[str, int]]:
+    """criterion -> {PASS, FAIL, MISSING, EXCLUDED} counts, for metadata and reports."""
+    counts: dict[str, dict[str, int]] = {}
+    for criterion, outcome in zip(verdicts["criterion"], verdicts["outcome"]):
+        counts.setdefault(criterion, Counter())[outcome] += 1
+    return {
+        criterion: {outcome: int(tally.get(outcome, 0)) for outcome in OUTCOMES}
+        for criterion, tally in counts.items()
+    }

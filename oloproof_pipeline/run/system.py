@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
-import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
-from .errors import ProjectError
-from .project import PROJECT_FILE, VERSION_PATTERN, Project
+from ..model.config import PROJECT_FILE, VERSION_PATTERN, Project
+from ..model.errors import ProjectError
+from ..model.modules import load_callable
+from .toolbox import ToolBox
 
 
 @runtime_checkable
@@ -42,37 +41,6 @@ class SystemSpec:
 
     def load_attribute(self) -> Any:
         return load_callable(Path(self.project_root), self.callable)
-
-
-def load_callable(project_root: Path, reference: str, *, where: str | None = None) -> Any:
-    """Import `module:attr` with the module's file found relative to the project folder.
-
-    Each project's modules get names of their own, so two projects that both ship an
-    `app.py` never share one module; every call imports afresh, so a version bump made
-    while a process runs (the sensor's case) is seen. `where` names the setting in errors
-    (default `system.callable`).
-    """
-    module_name, _, attribute_path = reference.partition(":")
-    module_file = project_root.joinpath(*module_name.split(".")).with_suffix(".py")
-    where = where or f"{project_root / PROJECT_FILE}: system.callable"
-    if not module_file.is_file():
-        raise ProjectError(f"{where}: no module file {module_file}")
-    unique_name = "oloproof_system_" + re.sub(r"\W", "_", f"{project_root.name}_{module_name}")
-    spec = importlib.util.spec_from_file_location(unique_name, module_file)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[unique_name] = module  # dataclasses and pickling look modules up here
-    if str(project_root) not in sys.path:
-        sys.path.insert(0, str(project_root))  # let the system import its sibling modules
-    try:
-        spec.loader.exec_module(module)
-    except Exception as error:
-        raise ProjectError(f"{where}: importing {module_file} failed: {type(error).__name__}: {error}") from None
-    value: Any = module
-    for part in attribute_path.split("."):
-        if not hasattr(value, part):
-            raise ProjectError(f"{where}: {module_file} has no attribute {attribute_path!r}")
-        value = getattr(value, part)
-    return value
 
 
 def build_system(attribute: Any) -> Any:
@@ -118,11 +86,7 @@ def current_system_version(project: Project) -> str:
     return resolve_system_version(project, system_spec(project).load_attribute())
 
 
-def system_toolbox(system: Any) -> Any:
-    from .toolbox import ToolBox
-
+def system_toolbox(system: Any) -> ToolBox | None:
     toolbox = getattr(system, "toolbox", None)
     return toolbox if isinstance(toolbox, ToolBox) else None
 
-
-SystemFactory = Callable[[], Any]

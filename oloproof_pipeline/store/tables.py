@@ -12,7 +12,11 @@ import pandas as pd
 import pyarrow as pa
 from pydantic import BaseModel
 
-from .digests import canonical_json
+from ..model.cases import CaseRecord
+from ..model.digests import canonical_json
+from ..model.faults import FaultReplay
+from ..model.records import RecordedRun
+from ..model.transforms import DerivedCaseRecord
 
 TEXT, FLOAT, INT, BOOL = pa.string(), pa.float64(), pa.int64(), pa.bool_()
 
@@ -119,3 +123,47 @@ GATE_NESTED = ("reasons", "gate_reasons")
 FAULT_REPLAY_NESTED = (
     "details", "checkpoint", "control_trajectory", "faulted_trajectory", "faulted_output", "faulted_environment_state",
 )
+
+
+# -- records as tables and back -------------------------------------------------------------
+
+
+def case_table(cases: list[CaseRecord]) -> pd.DataFrame:
+    return models_to_frame(cases, CASES_SCHEMA, CASE_NESTED)
+
+
+def derived_case_table(copies: list[DerivedCaseRecord]) -> pd.DataFrame:
+    return frame_from_rows([derived.model_dump(mode="json") for derived in copies], DERIVED_CASES_SCHEMA, CASE_NESTED)
+
+
+def cases_with_copies(cases: pd.DataFrame, derived_cases: pd.DataFrame | None) -> list[CaseRecord]:
+    """Sources then copies, as plain case records: what is recorded and judged."""
+    frames = [cases[CASES_SCHEMA.names]]
+    if derived_cases is not None and not derived_cases.empty:
+        frames.append(derived_cases[CASES_SCHEMA.names])
+    combined = pd.concat(frames, ignore_index=True)
+    return [CaseRecord.model_validate(row) for row in rows_from_frame(combined, CASE_NESTED)]
+
+
+def recorded_runs_table(runs: list[RecordedRun]) -> pd.DataFrame:
+    return models_to_frame(runs, RECORDED_RUNS_SCHEMA, RUN_NESTED)
+
+
+def runs_from_table(frame: pd.DataFrame | None) -> list[RecordedRun]:
+    if frame is None:
+        return []
+    return [RecordedRun.model_validate(row) for row in rows_from_frame(frame, RUN_NESTED)]
+
+
+def cases_from_table(frame: pd.DataFrame) -> list[CaseRecord]:
+    return [CaseRecord.model_validate(row) for row in rows_from_frame(frame, CASE_NESTED)]
+
+
+def fault_replays_table(replays: list[FaultReplay]) -> pd.DataFrame:
+    return models_to_frame(replays, FAULT_REPLAYS_SCHEMA, FAULT_REPLAY_NESTED)
+
+
+def replays_from_table(frame: pd.DataFrame | None) -> list[FaultReplay]:
+    if frame is None:
+        return []
+    return [FaultReplay.model_validate(row) for row in rows_from_frame(frame, FAULT_REPLAY_NESTED)]

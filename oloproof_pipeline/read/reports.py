@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from .results import VersionResults, compared_paths, scripted_events, tool_calls
-from .storage import reports_dir
-from .tables import rows_from_frame
+from ..store.layout import reports_dir
+from ..store.tables import rows_from_frame
 
 
 @dataclass

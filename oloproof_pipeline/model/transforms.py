@@ -11,24 +11,19 @@ Clopper-Pearson lower bound of kept/pairs reaches its `minimum_validity`.
 from __future__ import annotations
 
 import copy
-from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
+from .cases import CaseRecord, read_jsonl
+from .config import PROJECT_FILE, Project, TransformConfig, read_yaml
 from .digests import case_digest, pair_digest, transform_digest
 from .errors import ProjectError, describe_validation_error, yaml_line
-from .project import PROJECT_FILE, CaseRecord, Project, TransformConfig, read_jsonl, read_yaml
-from .statistics import BlockingReason, clopper_pearson
-from .tables import CASE_NESTED, CASES_SCHEMA, DERIVED_CASES_SCHEMA, frame_from_rows, rows_from_frame
+from .paths import ABSENT, read_keys, split_path, write_keys
 
 LabelStatus = Literal["kept", "rejected", "unlabelled"]
-# Fixed by the contract, whatever the release policy's confidence level.
-VALIDITY_CONFIDENCE = 0.95
-RELATION_TYPE = "metamorphic_relation"
 
 
 # -- transforms ----------------------------------------------------------------------------
@@ -60,47 +55,22 @@ class TransformProblem(ValueError):
     """Why a transform cannot make a copy of one case (worded for the person fixing it)."""
 
 
-_ABSENT = object()
-
-
-def _read_field(value: Any, keys: list[str]) -> Any:
-    for key in keys:
-        if isinstance(value, dict):
-            value = value.get(key, _ABSENT)
-        elif isinstance(value, list) and key.isascii() and key.isdigit() and int(key) < len(value):
-            value = value[int(key)]
-        else:
-            return _ABSENT
-    return value
-
-
-def _write_field(value: Any, keys: list[str], text: str) -> Any:
-    """A copy of `value` with `text` at `keys` (which `_read_field` found to be a string)."""
-    if not keys:
-        return text
-    changed = copy.deepcopy(value)
-    parent = _read_field(changed, keys[:-1])
-    last = keys[-1]
-    parent[int(last) if isinstance(parent, list) else last] = text
-    return changed
-
-
 def _field_name(transform: TransformConfig) -> str:
     return f"input.{transform.field}" if transform.field else "input"
 
 
 def transformed_input(transform: TransformConfig, source_input: Any) -> Any:
     """The source's input with the transform applied to its field."""
-    keys = transform.field.split(".") if transform.field else []
-    text = _read_field(source_input, keys)
-    if text is _ABSENT:
+    keys = split_path(transform.field)
+    text = read_keys(source_input, keys)
+    if text is ABSENT:
         raise TransformProblem(f"{_field_name(transform)} is not a string (it is absent)")
     if not isinstance(text, str):
         raise TransformProblem(f"{_field_name(transform)} is not a string (it is {_json_type(text)})")
     changed = apply_transform(transform, text)
     if changed == text:
         raise TransformProblem(f"{_field_name(transform)} is unchanged by the transform")
-    return _write_field(source_input, keys, changed)
+    return write_keys(source_input, keys, changed)
 
 
 def _json_type(value: Any) -> str:
@@ -317,138 +287,3 @@ def _summarise_labels(transform: TransformConfig, labels: LabelFile, copies: lis
         stale=stale,
         unmatched=labels.lines - matched,
     )
-
-
-# -- tables --------------------------------------------------------------------------------
-
-
-def derived_case_table(copies: list[DerivedCaseRecord]) -> pd.DataFrame:
-    return frame_from_rows([derived.model_dump(mode="json") for derived in copies], DERIVED_CASES_SCHEMA, CASE_NESTED)
-
-
-def derived_cases_from_table(frame: pd.DataFrame | None) -> list[DerivedCaseRecord]:
-    if frame is None or frame.empty:
-        return []
-    return [DerivedCaseRecord.model_validate(row) for row in rows_from_frame(frame, CASE_NESTED)]
-
-
-def cases_with_copies(cases: pd.DataFrame, derived_cases: pd.DataFrame | None) -> list[CaseRecord]:
-    """Sources then copies, as plain case records: what is recorded and judged."""
-    frames = [cases[CASES_SCHEMA.names]]
-    if derived_cases is not None and not derived_cases.empty:
-        frames.append(derived_cases[CASES_SCHEMA.names])
-    combined = pd.concat(frames, ignore_index=True)
-    return [CaseRecord.model_validate(row) for row in rows_from_frame(combined, CASE_NESTED)]
-
-
-# -- validity ------------------------------------------------------------------------------
-
-
-class TransformValidity(BaseModel):
-    """Whether people's labels show a transform keeps meaning often enough to be trusted."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    transform: str
-    transform_digest: str
-    pairs: int
-    kept: int
-    rejected: int
-    unlabelled: int
-    stale_labels: int
-    lower_bound: float
-    minimum_validity: float
-    checked: bool
-
-    def summary(self) -> str:
-        relation = ">=" if self.checked else "<"
-        return (
-            f"{self.transform}: {self.kept} of {self.pairs} pairs kept ({self.rejected} rejected, "
-            f"{self.unlabelled} unlabelled); 95% lower bound {self.lower_bound:.3f} {relation} "
-            f"minimum_validity {self.minimum_validity:g}"
-        )
-
-
-def transform_validity(derived_cases: pd.DataFrame | None) -> dict[str, TransformValidity]:
-    """Per transform, from the `derived_cases` table alone. Unlabelled pairs count as not kept."""
-    by_transform: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    if derived_cases is not None and not derived_cases.empty:
-        for row in rows_from_frame(derived_cases, ()):
-            by_transform[row["transform"]].append(row)
-    return {name: _validity_of(name, rows) for name, rows in by_transform.items()}
-
-
-def _validity_of(name: str, rows: list[dict[str, Any]]) -> TransformValidity:
-    statuses = [row["label_status"] for row in rows]
-    kept, pairs = statuses.count("kept"), len(rows)
-    lower, _ = clopper_pearson(kept, pairs, VALIDITY_CONFIDENCE)
-    minimum = float(rows[0]["minimum_validity"])
-    return TransformValidity(
-        transform=name,
-        transform_digest=rows[0]["transform_digest"],
-        pairs=pairs,
-        kept=kept,
-        rejected=statuses.count("rejected"),
-        unlabelled=statuses.count("unlabelled"),
-        stale_labels=sum(int(row["stale_labels"] or 0) for row in rows),
-        lower_bound=lower,
-        minimum_validity=minimum,
-        checked=lower >= minimum,
-    )
-
-
-def validity_markdown(validities: dict[str, TransformValidity]) -> str:
-    lines = [
-        "| transform | pairs | kept | rejected | unlabelled | stale labels | 95% CP lower bound | minimum_validity | checked |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    for validity in validities.values():
-        lines.append(
-            f"| {validity.transform} | {validity.pairs} | {validity.kept} | {validity.rejected} | {validity.unlabelled} "
-            f"| {validity.stale_labels} | {validity.lower_bound:.3f} | {validity.minimum_validity:g} "
-            f"| {'yes' if validity.checked else '**no**'} |"
-        )
-    if not validities:
-        lines.append("| - | 0 | 0 | 0 | 0 | 0 | - | - | - |")
-    return "\n".join(lines) + "\n"
-
-
-# -- what the gate needs -------------------------------------------------------------------
-
-
-def relation_transform(project: Project, metric: str) -> str | None:
-    """The transform a metric's metamorphic relation is judged under (None for other metrics)."""
-    for evaluator in project.evaluators:
-        if evaluator.type == RELATION_TYPE and evaluator.criterion == metric:
-            return evaluator.config.transform
-    return None
-
-
-def transform_blocking_reasons(project: Project, metric: str, derived_cases: pd.DataFrame | None) -> list[BlockingReason]:
-    """`transform_not_checked` for a metric over a transform people have not shown to be valid."""
-    transform = relation_transform(project, metric)
-    if transform is None:
-        return []
-    validity = transform_validity(derived_cases).get(transform)
-    if validity is None:
-        return [("INSUFFICIENT_EVIDENCE", f"transform_not_checked: {transform}: no derived pairs")]
-    if validity.checked:
-        return []
-    return [("INSUFFICIENT_EVIDENCE", f"transform_not_checked: {validity.summary()}")]
-
-
-def check_relations_name_transforms(project: Project) -> None:
-    """Every metamorphic relation must name a transform of `metamorphic.transforms`."""
-    names = [transform.name for transform in project.config.metamorphic.transforms]
-    config_path = project.root / PROJECT_FILE
-    problems = []
-    for index, evaluator in enumerate(project.evaluators):
-        if evaluator.type == RELATION_TYPE and evaluator.config.transform not in names:
-            _, root_node = read_yaml(config_path)
-            line = yaml_line(root_node, ("evaluators", index, "transform"))
-            problems.append(
-                f"{config_path}:{line}: evaluators[{index}].transform: {evaluator.config.transform!r} is not a "
-                f"transform of metamorphic.transforms (transforms: {', '.join(names) or 'none'})"
-            )
-    if problems:
-        raise ProjectError(problems)

@@ -13,16 +13,17 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 from pydantic import ValidationError
 
-from .digests import state_digest
-from .project import CaseRecord
-from .recording import EnvironmentState, RecordedRun, ReplayResult
+from ..model.digests import state_digest
+from ..model.cases import CaseRecord
+from ..model.records import EnvironmentState, RecordedRun, ReplayResult
 from .system import Replayable, Stateful, system_toolbox
-from .toolbox import ReplayScript, StepLimitReached, ToolChange
-from .trajectory import Checkpoint, Trajectory
+from ..model.trajectory import ToolChange
+from .toolbox import ReplayScript, StepLimitReached
+from ..model.trajectory import Checkpoint, Trajectory
 
 
 class CaseTimedOut(Exception):
@@ -116,17 +117,6 @@ class SandboxRunner:
                 result = ReplayResult(status="not_replayable", error=NOT_REPLAYABLE)
             result.duration_s = round(time.perf_counter() - started, 6)
             return result
-
-    def record_all(
-        self, cases: Iterable[CaseRecord], on_recorded: Callable[[RecordedRun], None] | None = None
-    ) -> list[RecordedRun]:
-        runs = []
-        for case in cases:
-            run = self.record(case)
-            if on_recorded is not None:
-                on_recorded(run)
-            runs.append(run)
-        return runs
 
     # -- one case ------------------------------------------------------------------------
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import pandas as pd
 from pydantic import BaseModel
 
-from .errors import ProjectError
+from ..model.errors import ProjectError
 from .results import VersionResults
-from .statistics import clopper_pearson
-from .storage import stored_partitions
+from ..decide.statistics import paired_difference_interval
+from ..store.layout import stored_partitions
 
 
 class CriterionComparison(BaseModel):
@@ -29,17 +29,6 @@ class CriterionComparison(BaseModel):
     upper: float | None
     broken_cases: list[str]
     fixed_cases: list[str]
-
-
-def paired_difference_interval(fixed: int, broken: int, paired: int, confidence: float) -> tuple[float, float]:
-    """Exact conditional (McNemar-style) interval for candidate minus base rate: given the
-    discordant pairs, the fixed count is binomial, and the difference is
-    discordant * (2p - 1) / paired for its Clopper-Pearson bounds p."""
-    discordant = fixed + broken
-    if discordant == 0:
-        return 0.0, 0.0
-    lower, upper = clopper_pearson(fixed, discordant, confidence)
-    return discordant * (2 * lower - 1) / paired, discordant * (2 * upper - 1) / paired
 
 
 def _outcomes(results: VersionResults) -> dict[str, dict[str, str]]:

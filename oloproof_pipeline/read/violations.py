@@ -10,27 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
-VIOLATION_FIELDS = ("rule", "step", "tool", "record", "detail")
-
-
-class Violation(BaseModel):
-    """One broken constraint: which rule, at which tool call, of which tool, on which record."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    rule: str
-    step: int | None = None
-    tool: str | None = None
-    record: str | None = None
-    detail: str | None = None
-
+from ..model.outcomes import FAIL
+from ..model.violations import VIOLATION_FIELDS
 
 def verdict_violations(verdict: dict[str, Any]) -> list[dict[str, Any]]:
     """The violations a FAIL verdict's details carry (none for other outcomes or shapes)."""
     details = verdict.get("details")
-    if verdict.get("outcome") != "FAIL" or not isinstance(details, dict):
+    if verdict.get("outcome") != FAIL or not isinstance(details, dict):
         return []
     found = details.get("violations")
     if not isinstance(found, list):

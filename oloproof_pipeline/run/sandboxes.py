@@ -10,8 +10,9 @@ from __future__ import annotations
 from contextlib import ExitStack
 from typing import Any, Callable, Iterator
 
-from .project import CaseRecord, ExecutionConfig
-from .recording import RecordedRun
+from ..model.cases import CaseRecord
+from ..model.config import ExecutionConfig
+from ..model.records import RecordedRun
 from .runner import SandboxRunner
 from .system import SystemSpec
 

@@ -1,8 +1,4 @@
-"""Where the pipeline keeps what it writes: everything lives under the project's `.oloproof/`.
-
-The Dagster IO manager and the CLI both go through these paths, so a table written by a
-run is found by `oloproof gate`, by a later incremental run, and by DuckDB alike.
-"""
+"""Journals of finished work and the locks that keep two runs off one sandbox."""
 
 from __future__ import annotations
 
@@ -13,41 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-import pandas as pd
-
-from .project import OUTPUT_DIR
-
-
-def output_dir(project_root: Path) -> Path:
-    return Path(project_root) / OUTPUT_DIR
-
-
-def tables_dir(project_root: Path) -> Path:
-    return output_dir(project_root) / "tables"
-
-
-def table_path(project_root: Path, table: str, partition: str | None = None) -> Path:
-    """`tables/<table>.parquet` for unpartitioned tables, `tables/<table>/<version>.parquet` otherwise."""
-    base = tables_dir(project_root) / table
-    return base.with_suffix(".parquet") if partition is None else base / f"{partition}.parquet"
-
-
-def read_table(project_root: Path, table: str, partition: str | None = None) -> pd.DataFrame | None:
-    path = table_path(project_root, table, partition)
-    return pd.read_parquet(path) if path.exists() else None
-
-
-def stored_partitions(project_root: Path, table: str) -> list[str]:
-    folder = tables_dir(project_root) / table
-    return sorted(path.stem for path in folder.glob("*.parquet")) if folder.is_dir() else []
-
-
-def dagster_home(project_root: Path) -> Path:
-    return output_dir(project_root) / "dagster_home"
-
-
-def reports_dir(project_root: Path) -> Path:
-    return output_dir(project_root) / "reports"
+from .layout import journal_path, sandbox_lock_path
 
 
 class Journal:
@@ -59,7 +21,7 @@ class Journal:
 
     @classmethod
     def for_partition(cls, project_root: Path, table: str, partition: str) -> "Journal":
-        return cls(output_dir(project_root) / "journal" / table / f"{partition}.jsonl")
+        return cls(journal_path(project_root, table, partition))
 
     def append(self, row: dict[str, Any]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -99,4 +61,4 @@ def sandbox_lock(project_root: Path):
     """Only one process drives a project's sandbox at a time: the CLI, `dagster dev`'s runs
     and a backfill alike. An OS file lock, so a killed run never leaves it held (a Dagster
     pool slot claimed by a killed run stays claimed and would block every later run)."""
-    return file_lock(output_dir(project_root) / "sandbox.lock")
+    return file_lock(sandbox_lock_path(project_root))

@@ -1,39 +1,26 @@
 """The release gate: each rule's interval against its bar, then one ALLOW or BLOCK.
-
-Exit codes of `oloproof gate` (and of any command that ends in the gate):
-
-| code | constant                   | meaning                                                    |
-| ---- | -------------------------- | ---------------------------------------------------------- |
-| 0    | EXIT_ALLOW                 | every rule PASSed (or the policy has no rules)             |
-| 1    | EXIT_BLOCK_FAIL            | BLOCK: some rule FAILed                                    |
-| 2    | EXIT_USAGE                 | the command was used wrongly (bad option or argument)      |
-| 3    | EXIT_BLOCK_INSUFFICIENT    | BLOCK: no FAIL, some rule INSUFFICIENT_EVIDENCE            |
-| 4    | EXIT_BLOCK_MANUAL_REVIEW   | BLOCK: the only blocking decisions are MANUAL_REVIEW       |
-| 5    | EXIT_PROJECT_ERROR         | the project's files are invalid                            |
-| 6    | EXIT_PIPELINE_ERROR        | the pipeline failed before the gate could decide           |
 """
 
 from __future__ import annotations
 
 from typing import Iterable, Literal
 
+import pandas as pd
 from pydantic import BaseModel, ConfigDict, computed_field
 
-from .project import RuleConfig
-from .statistics import BarKind, BlockingReason, RateEstimate, suite_size_to_decide
-
-EXIT_ALLOW = 0
-EXIT_BLOCK_FAIL = 1
-EXIT_USAGE = 2
-EXIT_BLOCK_INSUFFICIENT = 3
-EXIT_BLOCK_MANUAL_REVIEW = 4
-EXIT_PROJECT_ERROR = 5
-EXIT_PIPELINE_ERROR = 6
-
-RuleOutcome = Literal["PASS", "FAIL", "INSUFFICIENT_EVIDENCE", "MANUAL_REVIEW"]
-GateOutcome = Literal["ALLOW", "BLOCK"]
-# The order blocking rules are listed in a gate's reasons.
-BLOCKING_ORDER: tuple[RuleOutcome, ...] = ("FAIL", "MANUAL_REVIEW", "INSUFFICIENT_EVIDENCE")
+from ..model.config import Project, RuleConfig
+from ..model.outcomes import (
+    ALLOW,
+    BLOCK,
+    BLOCKING_ORDER,
+    STRUCTURAL_EXCLUSIONS,
+    GateOutcome,
+    RuleOutcome,
+    exit_code_for,
+)
+from ..store.tables import GATE_NESTED, GATE_SCHEMA, models_to_frame
+from .statistics import BarKind, BlockingReason, RateEstimate, rate_from_outcomes, suite_size_to_decide
+from .validity import transform_blocking_reasons
 
 
 class RuleDecision(BaseModel):
@@ -191,15 +178,8 @@ class GateDecision(BaseModel):
     @computed_field  # type: ignore[prop-decorator]
     @property
     def exit_code(self) -> int:
-        """A distinct code per cause of a BLOCK (see the module's table)."""
-        decisions = {rule.decision for rule in self.rules}
-        if self.decision == "ALLOW":
-            return EXIT_ALLOW
-        if "FAIL" in decisions:
-            return EXIT_BLOCK_FAIL
-        if "INSUFFICIENT_EVIDENCE" in decisions:
-            return EXIT_BLOCK_INSUFFICIENT
-        return EXIT_BLOCK_MANUAL_REVIEW
+        """A distinct code per cause of a BLOCK (see `model/outcomes.py`)."""
+        return exit_code_for(rule.decision for rule in self.rules)
 
 
 def decide_gate(decisions: Iterable[RuleDecision]) -> GateDecision:
@@ -207,14 +187,46 @@ def decide_gate(decisions: Iterable[RuleDecision]) -> GateDecision:
     INSUFFICIENT_EVIDENCE, each as `rule_id: DECISION: reason; reason`."""
     rules = list(decisions)
     if not rules:
-        return GateDecision(decision="ALLOW", reasons=["no rules: release.yaml gates nothing"], rules=[])
+        return GateDecision(decision=ALLOW, reasons=["no rules: release.yaml gates nothing"], rules=[])
     reasons = [
         f"{rule.rule_id}: {rule.decision}: {'; '.join(rule.reasons)}"
         for outcome in BLOCKING_ORDER
         for rule in rules
         if rule.decision == outcome
     ]
-    return GateDecision(decision="BLOCK" if reasons else "ALLOW", reasons=reasons, rules=rules)
+    return GateDecision(decision=BLOCK if reasons else ALLOW, reasons=reasons, rules=rules)
+
+
+def decide_release_gate(
+    project: Project, verdicts: pd.DataFrame, derived_cases: pd.DataFrame | None = None
+) -> GateDecision:
+    """Each rule over its metric's verdicts, then ALLOW or BLOCK. A metamorphic relation over
+    a transform whose labels do not yet check it is also blocked by `transform_not_checked`
+    (validity is read from the `derived_cases` table)."""
+    policy = project.release
+    decisions = []
+    for rule in policy.rules:
+        of_metric = verdicts[(verdicts["criterion"] == rule.metric) & ~verdicts["reason"].isin(STRUCTURAL_EXCLUSIONS)]
+        evidence = rate_from_outcomes(
+            zip(of_metric["group_id"], of_metric["outcome"]),
+            confidence=policy.confidence_level,
+            allow_approximate=policy.allow_approximate_methods,
+            min_clusters=policy.min_clusters,
+        )
+        blocking = evidence.blocking_reasons + transform_blocking_reasons(project, rule.metric, derived_cases)
+        decisions.append(decide_rule(rule, evidence.estimate, blocking, policy.confidence_level))
+    return decide_gate(decisions)
+
+
+def gate_table(gate: GateDecision, *, version: str, judged_by_run: str) -> pd.DataFrame:
+    """One row per rule; every row also carries the overall decision and its reasons."""
+    extra = {
+        "system_version": version,
+        "gate_decision": gate.decision,
+        "gate_reasons": gate.reasons,
+        "judged_by_run": judged_by_run,
+    }
+    return models_to_frame(gate.rules, GATE_SCHEMA, GATE_NESTED, **extra)
 
 
 # -- Markdown ------------------------------------------------------------------------------

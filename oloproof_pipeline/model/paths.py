@@ -6,6 +6,7 @@ The empty path "" is the value itself. Keys that contain a dot cannot be address
 
 from __future__ import annotations
 
+import copy
 from typing import Annotated, Any, Final, Iterable
 
 from pydantic import AfterValidator
@@ -41,6 +42,17 @@ def read_keys(data: Any, keys: Iterable[str]) -> Any:
 
 def read_path(data: Any, path: str) -> Any:
     return read_keys(data, split_path(path))
+
+
+def write_keys(data: Any, keys: list[str], value: Any) -> Any:
+    """A copy of `data` with `value` at `keys`, whose parent `read_keys` finds."""
+    if not keys:
+        return value
+    changed = copy.deepcopy(data)
+    parent = read_keys(changed, keys[:-1])
+    last = keys[-1]
+    parent[int(last) if isinstance(parent, list) else last] = value
+    return changed
 
 
 def _child(value: Any, key: str) -> Any:

@@ -341,6 +341,20 @@ def _interval_clears(estimate: float, cases: int, bar: float, kind: BarKind, con
     return lower >= bar if kind == "min" else upper <= bar
 
 
+# -- paired comparison of two versions ---------------------------------------------------
+
+
+def paired_difference_interval(fixed: int, broken: int, paired: int, confidence: float) -> tuple[float, float]:
+    """Exact conditional (McNemar-style) interval for candidate minus base rate: given the
+    discordant pairs, the fixed count is binomial, and the difference is
+    discordant * (2p - 1) / paired for its Clopper-Pearson bounds p."""
+    discordant = fixed + broken
+    if discordant == 0:
+        return 0.0, 0.0
+    lower, upper = clopper_pearson(fixed, discordant, confidence)
+    return discordant * (2 * lower - 1) / paired, discordant * (2 * upper - 1) / paired
+
+
 # -- multiplicity --------------------------------------------------------------------------
 
 

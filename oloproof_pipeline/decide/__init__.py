@@ -1,0 +1,1 @@
+"""Decisions from verdicts: statistics, the release gate, transform validity and slices."""

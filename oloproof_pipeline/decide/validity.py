@@ -1,0 +1,114 @@
+"""Whether a transform can be trusted: people's labels of its pairs against its
+`minimum_validity`, and the `transform_not_checked` reason a rule over it gets until then."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import pandas as pd
+from pydantic import BaseModel, ConfigDict
+
+from ..evaluators.metamorphic_relation import MetamorphicRelation
+from ..model.config import Project
+from ..store.tables import rows_from_frame
+from .statistics import BlockingReason, clopper_pearson
+
+# Fixed by the contract, whatever the release policy's confidence level.
+VALIDITY_CONFIDENCE = 0.95
+
+
+# -- validity ------------------------------------------------------------------------------
+
+
+class TransformValidity(BaseModel):
+    """Whether people's labels show a transform keeps meaning often enough to be trusted."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    transform: str
+    transform_digest: str
+    pairs: int
+    kept: int
+    rejected: int
+    unlabelled: int
+    stale_labels: int
+    lower_bound: float
+    minimum_validity: float
+    checked: bool
+
+    def summary(self) -> str:
+        relation = ">=" if self.checked else "<"
+        return (
+            f"{self.transform}: {self.kept} of {self.pairs} pairs kept ({self.rejected} rejected, "
+            f"{self.unlabelled} unlabelled); 95% lower bound {self.lower_bound:.3f} {relation} "
+            f"minimum_validity {self.minimum_validity:g}"
+        )
+
+
+def transform_validity(derived_cases: pd.DataFrame | None) -> dict[str, TransformValidity]:
+    """Per transform, from the `derived_cases` table alone. Unlabelled pairs count as not kept."""
+    by_transform: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    if derived_cases is not None and not derived_cases.empty:
+        for row in rows_from_frame(derived_cases, ()):
+            by_transform[row["transform"]].append(row)
+    return {name: _validity_of(name, rows) for name, rows in by_transform.items()}
+
+
+def _validity_of(name: str, rows: list[dict[str, Any]]) -> TransformValidity:
+    statuses = [row["label_status"] for row in rows]
+    kept, pairs = statuses.count("kept"), len(rows)
+    lower, _ = clopper_pearson(kept, pairs, VALIDITY_CONFIDENCE)
+    minimum = float(rows[0]["minimum_validity"])
+    return TransformValidity(
+        transform=name,
+        transform_digest=rows[0]["transform_digest"],
+        pairs=pairs,
+        kept=kept,
+        rejected=statuses.count("rejected"),
+        unlabelled=statuses.count("unlabelled"),
+        stale_labels=sum(int(row["stale_labels"] or 0) for row in rows),
+        lower_bound=lower,
+        minimum_validity=minimum,
+        checked=lower >= minimum,
+    )
+
+
+def validity_markdown(validities: dict[str, TransformValidity]) -> str:
+    lines = [
+        "| transform | pairs | kept | rejected | unlabelled | stale labels | 95% CP lower bound | minimum_validity | checked |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for validity in validities.values():
+        lines.append(
+            f"| {validity.transform} | {validity.pairs} | {validity.kept} | {validity.rejected} | {validity.unlabelled} "
+            f"| {validity.stale_labels} | {validity.lower_bound:.3f} | {validity.minimum_validity:g} "
+            f"| {'yes' if validity.checked else '**no**'} |"
+        )
+    if not validities:
+        lines.append("| - | 0 | 0 | 0 | 0 | 0 | - | - | - |")
+    return "\n".join(lines) + "\n"
+
+
+# -- what the gate needs -------------------------------------------------------------------
+
+
+def relation_transform(project: Project, metric: str) -> str | None:
+    """The transform a metric's metamorphic relation is judged under (None for other metrics)."""
+    for _, relation in project.evaluators_of(MetamorphicRelation):
+        if relation.criterion == metric:
+            return relation.config.transform
+    return None
+
+
+def transform_blocking_reasons(project: Project, metric: str, derived_cases: pd.DataFrame | None) -> list[BlockingReason]:
+    """`transform_not_checked` for a metric over a transform people have not shown to be valid."""
+    transform = relation_transform(project, metric)
+    if transform is None:
+        return []
+    validity = transform_validity(derived_cases).get(transform)
+    if validity is None:
+        return [("INSUFFICIENT_EVIDENCE", f"transform_not_checked: {transform}: no derived pairs")]
+    if validity.checked:
+        return []
+    return [("INSUFFICIENT_EVIDENCE", f"transform_not_checked: {validity.summary()}")]

@@ -1,0 +1,194 @@
+"""Cases: the dataset's JSON lines, validated, with their digests and starting states.
+
+Nothing is returned from a half-read dataset: every bad line is a `file:line: field: what`
+problem, and the first bad file fails the load.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+
+from .config import PROJECT_FILE, Project, StrictModel
+from .digests import case_digest
+from .errors import ProjectError, describe_validation_error
+
+CASE_ID_PATTERN = re.compile(r"^[^~\s]+$")
+
+
+class CaseRow(StrictModel):
+    """One line of a dataset file, as written."""
+
+    id: str
+    input: Any
+    initial_state: dict[str, Any] | None = None
+    snapshot: str | None = None
+    expected: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
+    events: list[dict[str, Any]] | None = None
+
+    @field_validator("id")
+    @classmethod
+    def _id_usable(cls, case_id: str) -> str:
+        if not CASE_ID_PATTERN.match(case_id):
+            raise ValueError("must be non-empty with no '~' or spaces ('~' joins a source id and a transform)")
+        return case_id
+
+    @field_validator("expected")
+    @classmethod
+    def _expected_state_is_object(cls, expected: dict[str, Any] | None) -> dict[str, Any] | None:
+        if expected is not None and "state" in expected and not isinstance(expected["state"], dict):
+            raise ValueError("expected.state must be an object")
+        return expected
+
+    @field_validator("events")
+    @classmethod
+    def _events_have_steps(cls, events: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+        for index, event in enumerate(events or []):
+            at_step = event.get("at_step")
+            # A step is a completed tool call; what holds before the first belongs in the starting state.
+            if not isinstance(at_step, int) or isinstance(at_step, bool) or at_step < 1 or "event" not in event:
+                raise ValueError(f"events[{index}] needs an integer 'at_step' (1 or more) and an 'event' name")
+        return events
+
+    @model_validator(mode="after")
+    def _one_starting_state(self) -> "CaseRow":
+        if self.initial_state is not None and self.snapshot is not None:
+            raise ValueError("give 'initial_state' or 'snapshot', not both")
+        return self
+
+
+class CaseRecord(BaseModel):
+    """A validated case with its digest: a row of the `cases` table.
+
+    `group_id` is the cluster a case belongs to (a source's own id; a copy's source id).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    case_id: str
+    case_digest: str
+    source_id: str | None = None
+    transform: str | None = None
+    group_id: str
+    input: Any
+    initial_state: dict[str, Any] | None = None
+    snapshot: str | None = None
+    expected: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
+    events: list[dict[str, Any]] | None = None
+    file: str | None = None
+    line: int | None = None
+
+    @property
+    def is_derived(self) -> bool:
+        return self.source_id is not None
+
+
+def dataset_files(project: Project) -> list[Path]:
+    patterns = [project.config.dataset] if isinstance(project.config.dataset, str) else project.config.dataset
+    files: list[Path] = []
+    for pattern in patterns:
+        matches = sorted(Path(match) for match in glob.glob(str(project.root / pattern)))
+        if not matches:
+            raise ProjectError(f"{project.root / PROJECT_FILE}: dataset: no file matches {pattern!r}")
+        files.extend(match for match in matches if match not in files)
+    return files
+
+
+def _json_object_line(path: Path, line_number: int, text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text, parse_constant=_refuse_constant)
+    except ValueError as error:
+        raise ProjectError(f"{path}:{line_number}: invalid JSON: {error}") from None
+    if not isinstance(value, dict):
+        raise ProjectError(f"{path}:{line_number}: expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def read_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    """(line number, object) for each non-blank line; a bad line fails the whole file."""
+    rows = []
+    with path.open(encoding="utf-8") as handle:
+        for line_number, text in enumerate(handle, start=1):
+            if text.strip():
+                rows.append((line_number, _json_object_line(path, line_number, text)))
+    return rows
+
+
+def load_snapshot(project: Project, name: str) -> dict[str, Any]:
+    path = project.root / "snapshots" / f"{name}.json"
+    if not re.match(r"^[A-Za-z0-9._-]+$", name) or not path.is_file():
+        raise ProjectError(f"snapshot {name!r}: no file {path}")
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"), parse_constant=_refuse_constant)
+    except ValueError as error:
+        raise ProjectError(f"{path}: invalid JSON: {error}") from None
+    if not isinstance(state, dict):
+        raise ProjectError(f"{path}: a snapshot must be a JSON object of record tables")
+    return state
+
+
+def load_cases(project: Project) -> list[CaseRecord]:
+    """Every source case of the dataset, validated, with its digest. Nothing is returned
+    from a half-read dataset: the first bad file fails the load."""
+    rows: list[tuple[Path, int, CaseRow]] = []
+    first_seen: dict[str, tuple[Path, int]] = {}
+    problems: list[str] = []
+    for path in dataset_files(project):
+        for line_number, data in read_jsonl(path):
+            try:
+                row = CaseRow.model_validate(data)
+            except ValidationError as error:
+                problems.extend(describe_validation_error(error, path, line=line_number))
+                continue
+            if row.id in first_seen:
+                other_path, other_line = first_seen[row.id]
+                problems.append(f"{path}:{line_number}: id: {row.id!r} repeats the case at {other_path}:{other_line}")
+                continue
+            first_seen[row.id] = (path, line_number)
+            rows.append((path, line_number, row))
+    if problems:
+        raise ProjectError(problems)
+
+    declares_states = any(row.initial_state is not None or row.snapshot is not None for _, _, row in rows)
+    cases = []
+    for path, line_number, row in rows:
+        try:
+            initial_state = load_snapshot(project, row.snapshot) if row.snapshot else row.initial_state
+        except ProjectError as error:
+            raise ProjectError(f"{path}:{line_number}: snapshot: {error}") from None
+        cases.append(
+            CaseRecord(
+                case_id=row.id,
+                case_digest=case_digest(
+                    input=row.input,
+                    expected=row.expected,
+                    metadata=row.metadata,
+                    group_id=None,
+                    initial_state=initial_state,
+                    include_initial_state=declares_states,
+                ),
+                group_id=row.id,
+                input=row.input,
+                initial_state=initial_state,
+                snapshot=row.snapshot,
+                expected=row.expected,
+                metadata=row.metadata,
+                events=row.events,
+                file=str(path.relative_to(project.root)),
+                line=line_number,
+            )
+        )
+    return cases
+
+

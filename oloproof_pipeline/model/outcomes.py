@@ -1,0 +1,88 @@
+"""The words results are said in, each defined once: a verdict's outcome, a rule's decision,
+the gate's decision, and the exit code each decision ends a command with.
+
+| code | constant                   | meaning                                                    |
+| ---- | -------------------------- | ---------------------------------------------------------- |
+| 0    | EXIT_ALLOW                 | every rule PASSed (or the policy has no rules)             |
+| 1    | EXIT_BLOCK_FAIL            | BLOCK: some rule FAILed                                    |
+| 2    | EXIT_USAGE                 | the command was used wrongly (bad option or argument)      |
+| 3    | EXIT_BLOCK_INSUFFICIENT    | BLOCK: no FAIL, some rule INSUFFICIENT_EVIDENCE            |
+| 4    | EXIT_BLOCK_MANUAL_REVIEW   | BLOCK: the only blocking decisions are MANUAL_REVIEW       |
+| 5    | EXIT_PROJECT_ERROR         | the project's files are invalid                            |
+| 6    | EXIT_PIPELINE_ERROR        | the pipeline failed before the gate could decide           |
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# -- verdicts ------------------------------------------------------------------------------
+
+Outcome = Literal["PASS", "FAIL", "MISSING", "EXCLUDED"]
+PASS: Outcome = "PASS"
+FAIL: Outcome = "FAIL"
+MISSING: Outcome = "MISSING"
+EXCLUDED: Outcome = "EXCLUDED"
+OUTCOMES: tuple[Outcome, ...] = (PASS, FAIL, MISSING, EXCLUDED)
+
+# EXCLUDED because the case is not of the kind a criterion judges at all (a metamorphic copy
+# under a state check, a source under a relation), as opposed to a case where the criterion
+# found nothing to judge. A rule's counts leave these out, so "excluded" stays meaningful.
+# Evaluators exclude structurally only through these names.
+METAMORPHIC_COPY = "metamorphic_copy"
+NOT_A_METAMORPHIC_PAIR = "not_a_metamorphic_pair"
+ANOTHER_TRANSFORM = "another_transform"
+STRUCTURAL_EXCLUSIONS = frozenset({METAMORPHIC_COPY, NOT_A_METAMORPHIC_PAIR, ANOTHER_TRANSFORM})
+
+
+class Judgement(BaseModel):
+    """A verdict without its case: what every evaluator kind (and a python grader) returns."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    outcome: Outcome
+    reason: str = Field(min_length=1)
+    details: Any = None
+
+
+class Verdict(Judgement):
+    """One case judged on one criterion."""
+
+    case_id: str
+    criterion: str
+
+
+# -- rules and the gate --------------------------------------------------------------------
+
+RuleOutcome = Literal["PASS", "FAIL", "INSUFFICIENT_EVIDENCE", "MANUAL_REVIEW"]
+INSUFFICIENT_EVIDENCE: RuleOutcome = "INSUFFICIENT_EVIDENCE"
+MANUAL_REVIEW: RuleOutcome = "MANUAL_REVIEW"
+GateOutcome = Literal["ALLOW", "BLOCK"]
+ALLOW: GateOutcome = "ALLOW"
+BLOCK: GateOutcome = "BLOCK"
+# The order blocking rules are listed in a gate's reasons.
+BLOCKING_ORDER: tuple[RuleOutcome, ...] = (FAIL, MANUAL_REVIEW, INSUFFICIENT_EVIDENCE)
+
+# -- exit codes ----------------------------------------------------------------------------
+
+EXIT_ALLOW = 0
+EXIT_BLOCK_FAIL = 1
+EXIT_USAGE = 2
+EXIT_BLOCK_INSUFFICIENT = 3
+EXIT_BLOCK_MANUAL_REVIEW = 4
+EXIT_PROJECT_ERROR = 5
+EXIT_PIPELINE_ERROR = 6
+
+
+def exit_code_for(rule_decisions: Iterable[str]) -> int:
+    """The code a gate over these rule decisions ends a command with: 0 only when none blocks."""
+    decisions = set(rule_decisions)
+    if FAIL in decisions:
+        return EXIT_BLOCK_FAIL
+    if INSUFFICIENT_EVIDENCE in decisions:
+        return EXIT_BLOCK_INSUFFICIENT
+    if MANUAL_REVIEW in decisions:
+        return EXIT_BLOCK_MANUAL_REVIEW
+    return EXIT_ALLOW

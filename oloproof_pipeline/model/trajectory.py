@@ -1,0 +1,150 @@
+"""What a system did during one case: ordered steps, checkpoints, terminal status, constraints."""
+
+from __future__ import annotations
+
+import json
+import operator
+from dataclasses import dataclass
+from typing import Any, Callable, Literal, Sequence, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+TerminalStatus = Literal["success", "failure", "truncated"]
+Item = TypeVar("Item")
+
+
+def plain_json(value: Any) -> Any:
+    """`value` as stored JSON reads back (tuples as lists), so a live call compares equal to
+    its stored recording; anything not JSON compares by its text."""
+    return json.loads(json.dumps(value, default=repr))
+
+
+def first_difference(
+    first: Sequence[Item], second: Sequence[Item], same: Callable[[Item, Item], bool] = operator.eq
+) -> int | None:
+    """The index where two sequences first differ (or where the shorter one stops), else None."""
+    for index, (mine, theirs) in enumerate(zip(first, second)):
+        if not same(mine, theirs):
+            return index
+    if len(first) != len(second):
+        return min(len(first), len(second))
+    return None
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A tool call with the result the agent got (None when no result step follows it)."""
+
+    number: int  # counted from 1, as events' `at_step` counts
+    tool: str | None
+    arguments: dict[str, Any] | None
+    role: str | None
+    result: Any
+
+    @property
+    def signature(self) -> tuple[str | None, Any]:
+        """(tool, arguments) as stored JSON reads back, so live and stored runs compare."""
+        return self.tool, plain_json(self.arguments)
+
+
+@dataclass(frozen=True)
+class EventAt:
+    """A scripted event with the number of tool calls made before it."""
+
+    after_calls: int
+    event: dict[str, Any]
+
+    @property
+    def name(self) -> Any:
+        return self.event.get("event")
+
+
+class Step(BaseModel):
+    """One thing that happened. `kind` is `tool_call`, `tool_result`, `event` or `message`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: str
+    tool: str | None = None
+    arguments: dict[str, Any] | None = None
+    result: Any = None
+    role: str | None = None
+    event: dict[str, Any] | None = None
+    text: str | None = None
+
+
+class Checkpoint(BaseModel):
+    """A place a replay may resume from: before step `step`, after `calls_before` tool calls."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    step: int
+    calls_before: int
+    label: str | None = None
+
+
+class RecordedConstraint(BaseModel):
+    """A rule the system checked about its own behaviour while it ran."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    passed: bool
+    detail: str | None = None
+    step: int | None = None
+
+
+class Trajectory(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    steps: list[Step] = Field(default_factory=list)
+    checkpoints: list[Checkpoint] = Field(default_factory=list)
+    terminal_status: TerminalStatus = "success"
+    constraints: list[RecordedConstraint] = Field(default_factory=list)
+
+    def tool_calls(self) -> list[Step]:
+        return [step for step in self.steps if step.kind == "tool_call"]
+
+    def calls(self) -> list[ToolCall]:
+        """Each tool call with the result in the step right after it."""
+        steps, calls = self.steps, []
+        for position, step in enumerate(steps):
+            if step.kind != "tool_call":
+                continue
+            following = steps[position + 1] if position + 1 < len(steps) else None
+            result = following.result if following is not None and following.kind == "tool_result" else None
+            calls.append(ToolCall(len(calls) + 1, step.tool, step.arguments, step.role, result))
+        return calls
+
+    def events(self) -> list[EventAt]:
+        """The scripted events applied, each with the number of tool calls made before it."""
+        events, calls = [], 0
+        for step in self.steps:
+            calls += step.kind == "tool_call"
+            if step.kind == "event" and step.event is not None:
+                events.append(EventAt(calls, step.event))
+        return events
+
+    def call_signatures(self) -> list[tuple[str | None, Any]]:
+        """(tool, arguments) per call as stored JSON reads back."""
+        return [call.signature for call in self.calls()]
+
+    def tool_call_signatures(self) -> list[tuple[str | None, dict[str, Any] | None]]:
+        """The ordered (tool, arguments) pairs: what two runs must share to count as the same actions."""
+        return [(step.tool, step.arguments) for step in self.tool_calls()]
+
+    def failed_constraints(self) -> list[RecordedConstraint]:
+        return [constraint for constraint in self.constraints if not constraint.passed]
+
+
+class ToolChange(BaseModel):
+    """A replay's change: at tool call `call_index` (0-based, counting every tool call), the
+    call of `tool` with `arguments` gets `result` instead of running (the tool failed before
+    it acted). This is the `change` a hand-written `replay` method receives (None: no change)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    call_index: int = Field(ge=0)
+    tool: str
+    arguments: dict[str, Any] | None = None
+    result: Any = None

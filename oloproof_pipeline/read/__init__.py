@@ -1,0 +1,1 @@
+"""Reading stored results back for people: the case panel, the HTML report, exports, violations and version comparisons."""
