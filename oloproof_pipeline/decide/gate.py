@@ -13,6 +13,10 @@ from ..model.outcomes import (
     ALLOW,
     BLOCK,
     BLOCKING_ORDER,
+    FAIL,
+    INSUFFICIENT_EVIDENCE,
+    MANUAL_REVIEW,
+    PASS,
     STRUCTURAL_EXCLUSIONS,
     GateOutcome,
     RuleOutcome,
@@ -70,19 +74,19 @@ def _judge_bar(estimate: RateEstimate, bar: float, kind: BarKind, confidence: fl
     """The interval against one bar: (decision, reason, suite size when it straddles)."""
     if kind == "min":
         if estimate.lower >= bar:
-            return "PASS", _compare("lower", estimate.lower, ">=", "min", bar), None
+            return PASS, _compare("lower", estimate.lower, ">=", "min", bar), None
         if estimate.upper < bar:
-            return "FAIL", _compare("upper", estimate.upper, "<", "min", bar), None
+            return FAIL, _compare("upper", estimate.upper, "<", "min", bar), None
         straddle = _compare("lower", estimate.lower, "<", "min", bar)
     else:
         if estimate.upper <= bar:
-            return "PASS", _compare("upper", estimate.upper, "<=", "max", bar), None
+            return PASS, _compare("upper", estimate.upper, "<=", "max", bar), None
         if estimate.lower > bar:
-            return "FAIL", _compare("lower", estimate.lower, ">", "max", bar), None
+            return FAIL, _compare("lower", estimate.lower, ">", "max", bar), None
         straddle = _compare("upper", estimate.upper, ">", "max", bar)
     size = suite_size_to_decide(estimate.estimate, bar, kind, confidence)
     size_text = f"about {size} cases would decide it" if size is not None else "no size would decide it"
-    return "INSUFFICIENT_EVIDENCE", f"interval_straddles_bar: {straddle}; {size_text}", size
+    return INSUFFICIENT_EVIDENCE, f"interval_straddles_bar: {straddle}; {size_text}", size
 
 
 def _bars(rule: RuleConfig) -> list[tuple[float, BarKind]]:
@@ -98,30 +102,30 @@ def _judge_interval(rule: RuleConfig, estimate: RateEstimate, confidence: float)
     """Every bar of the rule must be cleared: FAIL if any fails, PASS only if all pass."""
     judged = [_judge_bar(estimate, bar, kind, confidence) for bar, kind in _bars(rule)]
     decisions = [decision for decision, _, _ in judged]
-    if "FAIL" in decisions:
-        return "FAIL", [reason for decision, reason, _ in judged if decision == "FAIL"], None
-    if all(decision == "PASS" for decision in decisions):
-        return "PASS", [reason for _, reason, _ in judged], None
-    straddling = [(reason, size) for decision, reason, size in judged if decision == "INSUFFICIENT_EVIDENCE"]
+    if FAIL in decisions:
+        return FAIL, [reason for decision, reason, _ in judged if decision == FAIL], None
+    if all(decision == PASS for decision in decisions):
+        return PASS, [reason for _, reason, _ in judged], None
+    straddling = [(reason, size) for decision, reason, size in judged if decision == INSUFFICIENT_EVIDENCE]
     sizes = [size for _, size in straddling]
     # Deciding needs every straddled bar decided: the largest size, and none if any has none.
     size = None if None in sizes else max(sizes)
-    return "INSUFFICIENT_EVIDENCE", [reason for reason, _ in straddling], size
+    return INSUFFICIENT_EVIDENCE, [reason for reason, _ in straddling], size
 
 
 def _blocking_decision(estimate: RateEstimate, blocking_reasons: list[BlockingReason]) -> tuple[RuleOutcome | None, list[str]]:
     """MANUAL_REVIEW reasons outrank INSUFFICIENT_EVIDENCE ones; both outrank the interval."""
-    manual = [reason for kind, reason in blocking_reasons if kind == "MANUAL_REVIEW"]
-    insufficient = [reason for kind, reason in blocking_reasons if kind == "INSUFFICIENT_EVIDENCE"]
-    unknown = {kind for kind, _ in blocking_reasons} - {"MANUAL_REVIEW", "INSUFFICIENT_EVIDENCE"}
+    manual = [reason for kind, reason in blocking_reasons if kind == MANUAL_REVIEW]
+    insufficient = [reason for kind, reason in blocking_reasons if kind == INSUFFICIENT_EVIDENCE]
+    unknown = {kind for kind, _ in blocking_reasons} - {MANUAL_REVIEW, INSUFFICIENT_EVIDENCE}
     if unknown:
         raise ValueError(f"unknown blocking reason kind(s) {sorted(unknown)}")
     if estimate.observed == 0 and estimate.missing == 0:
         insufficient.append("no_cases: no case was judged on this metric")
     if manual:
-        return "MANUAL_REVIEW", manual + insufficient
+        return MANUAL_REVIEW, manual + insufficient
     if insufficient:
-        return "INSUFFICIENT_EVIDENCE", insufficient
+        return INSUFFICIENT_EVIDENCE, insufficient
     return None, []
 
 

@@ -18,6 +18,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict
 from scipy import stats
 
+from ..model.outcomes import EXCLUDED, FAIL, MISSING, PASS
 from ..model.cases import CaseRecord
 from ..model.config import Project
 from ..model.digests import canonical_json
@@ -103,7 +104,7 @@ def _bucket_order(spec: SliceSpec, found: Iterable[str]) -> list[str]:
 
 
 def _fisher_p_value(bucket: Counter, rest: Counter) -> float:
-    table = [[bucket["PASS"], bucket["FAIL"]], [rest["PASS"], rest["FAIL"]]]
+    table = [[bucket[PASS], bucket[FAIL]], [rest[PASS], rest[FAIL]]]
     return float(stats.fisher_exact(table, alternative="two-sided").pvalue)
 
 
@@ -119,7 +120,7 @@ def slice_rows(
 ) -> list[SliceRow]:
     """Every slice's buckets on every criterion, from the cases each criterion judged
     (EXCLUDED verdicts count nowhere), then the BY marks across all tested buckets."""
-    judged = verdicts[verdicts["outcome"] != "EXCLUDED"]
+    judged = verdicts[verdicts["outcome"] != EXCLUDED]
     criteria = list(dict.fromkeys(verdicts["criterion"]))
     rows: list[SliceRow] = []
     for spec in specs:
@@ -137,11 +138,11 @@ def slice_rows(
 def _bucket_row(
     spec: SliceSpec, criterion: str, bucket: str, counts: Counter, whole: Counter, min_support: int, confidence: float
 ) -> SliceRow:
-    passed, failed, missing = counts["PASS"], counts["FAIL"], counts["MISSING"]
+    passed, failed, missing = counts[PASS], counts[FAIL], counts[MISSING]
     support = passed + failed + missing
     row = SliceRow(
         slice=spec.text, bucket=bucket, criterion=criterion, passed=passed, failed=failed, missing=missing,
-        support=support, estimate=_rate(passed, failed), whole_estimate=_rate(whole["PASS"], whole["FAIL"]),
+        support=support, estimate=_rate(passed, failed), whole_estimate=_rate(whole[PASS], whole[FAIL]),
         min_slice_support=min_support,
     )
     if support < min_support:
@@ -149,7 +150,7 @@ def _bucket_row(
     interval = exact_rate(passed, failed, missing, confidence)
     row.lower, row.upper, row.method = interval.lower, interval.upper, interval.method
     rest = whole - counts
-    if passed + failed and rest["PASS"] + rest["FAIL"]:
+    if passed + failed and rest[PASS] + rest[FAIL]:
         row.p_value = _fisher_p_value(counts, rest)
     return row
 

@@ -17,13 +17,22 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 from scipy import stats
 
+from ..model.outcomes import (
+    EXCLUDED,
+    FAIL,
+    INSUFFICIENT_EVIDENCE,
+    MANUAL_REVIEW,
+    MISSING,
+    OUTCOMES,
+    PASS,
+    BlockingKind,
+)
+
 Method = Literal["clopper_pearson", "cluster_bootstrap"]
 BarKind = Literal["min", "max"]
 # A reason that stops a rule from being decided by its interval, with the decision it forces.
-BlockingKind = Literal["MANUAL_REVIEW", "INSUFFICIENT_EVIDENCE"]
 BlockingReason = tuple[BlockingKind, str]
 
-RATE_OUTCOMES = ("PASS", "FAIL", "MISSING", "EXCLUDED")
 BOOTSTRAP_RESAMPLES = 2000
 SUITE_SIZE_CAP = 1_000_000
 # A t statistic from a resample whose standard error is zero: finite, so quantiles never go NaN.
@@ -123,20 +132,20 @@ def _count_by_cluster(outcomes_by_cluster: dict[str, list[str]]) -> _ClusterCoun
     for name in sorted(outcomes_by_cluster):
         outcomes = outcomes_by_cluster[name]
         _check_outcomes(outcomes)
-        excluded += outcomes.count("EXCLUDED")
-        if len(outcomes) == outcomes.count("EXCLUDED"):
+        excluded += outcomes.count(EXCLUDED)
+        if len(outcomes) == outcomes.count(EXCLUDED):
             continue  # a cluster with nothing to count is no cluster of this metric
-        passed.append(outcomes.count("PASS"))
-        failed.append(outcomes.count("FAIL"))
-        missing.append(outcomes.count("MISSING"))
+        passed.append(outcomes.count(PASS))
+        failed.append(outcomes.count(FAIL))
+        missing.append(outcomes.count(MISSING))
     as_array = lambda values: np.asarray(values, dtype=float)  # noqa: E731
     return _ClusterCounts(as_array(passed), as_array(failed), as_array(missing), excluded)
 
 
 def _check_outcomes(outcomes: Iterable[str]) -> None:
-    unknown = sorted({outcome for outcome in outcomes if outcome not in RATE_OUTCOMES})
+    unknown = sorted({outcome for outcome in outcomes if outcome not in OUTCOMES})
     if unknown:
-        raise ValueError(f"unknown outcome(s) {unknown}; expected one of {', '.join(RATE_OUTCOMES)}")
+        raise ValueError(f"unknown outcome(s) {unknown}; expected one of {', '.join(OUTCOMES)}")
 
 
 def _resample_counts(rng: np.random.Generator, clusters: int, resamples: int) -> np.ndarray:
@@ -284,8 +293,8 @@ def rate_from_outcomes(
     if not _is_clustered(outcomes_by_cluster):
         counted = [outcome for _, outcome in rows]
         estimate = exact_rate(
-            counted.count("PASS"), counted.count("FAIL"), counted.count("MISSING"), confidence,
-            excluded=counted.count("EXCLUDED"),
+            counted.count(PASS), counted.count(FAIL), counted.count(MISSING), confidence,
+            excluded=counted.count(EXCLUDED),
         )
         return RateEvidence(estimate)
     seed = seed_from(*(f"{group}\t{outcome}" for group, outcome in rows))
@@ -294,19 +303,19 @@ def rate_from_outcomes(
 
 
 def _is_clustered(outcomes_by_cluster: dict[str, list[str]]) -> bool:
-    return any(sum(outcome != "EXCLUDED" for outcome in outcomes) > 1 for outcomes in outcomes_by_cluster.values())
+    return any(sum(outcome != EXCLUDED for outcome in outcomes) > 1 for outcomes in outcomes_by_cluster.values())
 
 
 def _clustered_blocking_reasons(clusters: int, allow_approximate: bool, min_clusters: int) -> list[BlockingReason]:
     reasons: list[BlockingReason] = []
     if not allow_approximate:
         reasons.append((
-            "MANUAL_REVIEW",
+            MANUAL_REVIEW,
             "approximate_method_not_permitted: cases share clusters (cluster bootstrap) "
             "and release.yaml has allow_approximate_methods: false",
         ))
     if clusters < min_clusters:
-        reasons.append(("INSUFFICIENT_EVIDENCE", f"insufficient_clusters: {clusters} clusters < min_clusters {min_clusters}"))
+        reasons.append((INSUFFICIENT_EVIDENCE, f"insufficient_clusters: {clusters} clusters < min_clusters {min_clusters}"))
     return reasons
 
 

@@ -9,6 +9,7 @@ from typing import Any
 import pandas as pd
 from pydantic import BaseModel, ConfigDict
 
+from ..model.outcomes import INSUFFICIENT_EVIDENCE
 from ..evaluators.metamorphic_relation import MetamorphicRelation
 from ..model.config import Project
 from ..store.tables import rows_from_frame
@@ -108,7 +109,7 @@ def transform_blocking_reasons(project: Project, metric: str, derived_cases: pd.
         return []
     validity = transform_validity(derived_cases).get(transform)
     if validity is None:
-        return [("INSUFFICIENT_EVIDENCE", f"transform_not_checked: {transform}: no derived pairs")]
+        return [(INSUFFICIENT_EVIDENCE, f"transform_not_checked: {transform}: no derived pairs")]
     if validity.checked:
         return []
-    return [("INSUFFICIENT_EVIDENCE", f"transform_not_checked: {validity.summary()}")]
+    return [(INSUFFICIENT_EVIDENCE, f"transform_not_checked: {validity.summary()}")]

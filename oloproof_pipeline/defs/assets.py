@@ -16,6 +16,7 @@ from dagster import (
     asset_check,
 )
 
+from ..model.outcomes import ALLOW, PASS
 from ..decide.validity import transform_validity, validity_markdown
 from ..decide.gate import decide_release_gate, gate_markdown, gate_table
 from ..decide.slices import project_slices, slice_table, slices_markdown
@@ -274,10 +275,10 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
         description="Fails (ERROR) when the gate blocks the release.",
     )
     def gate_allows_release(gate: pd.DataFrame) -> AssetCheckResult:
-        decision = str(gate["gate_decision"].iloc[0]) if len(gate) else "ALLOW"
-        failing = gate[gate["decision"] != "PASS"]
+        decision = str(gate["gate_decision"].iloc[0]) if len(gate) else ALLOW
+        failing = gate[gate["decision"] != PASS]
         return AssetCheckResult(
-            passed=decision == "ALLOW",
+            passed=decision == ALLOW,
             severity=AssetCheckSeverity.ERROR,
             metadata={
                 "decision": decision,

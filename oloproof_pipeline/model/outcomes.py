@@ -62,6 +62,8 @@ MANUAL_REVIEW: RuleOutcome = "MANUAL_REVIEW"
 GateOutcome = Literal["ALLOW", "BLOCK"]
 ALLOW: GateOutcome = "ALLOW"
 BLOCK: GateOutcome = "BLOCK"
+# A reason that stops a rule from being decided by its interval forces one of these.
+BlockingKind = Literal["MANUAL_REVIEW", "INSUFFICIENT_EVIDENCE"]
 # The order blocking rules are listed in a gate's reasons.
 BLOCKING_ORDER: tuple[RuleOutcome, ...] = (FAIL, MANUAL_REVIEW, INSUFFICIENT_EVIDENCE)
 

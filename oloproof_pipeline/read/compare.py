@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 from pydantic import BaseModel
 
+from ..model.outcomes import EXCLUDED, FAIL, PASS
 from ..model.errors import ProjectError
 from .results import VersionResults
 from ..decide.statistics import paired_difference_interval
@@ -43,9 +44,9 @@ def compare_criterion(criterion: str, base: dict[str, str], candidate: dict[str,
     unpaired = 0
     for case_id in sorted(set(base) | set(candidate)):
         pair = (base.get(case_id), candidate.get(case_id))
-        if pair == ("EXCLUDED", "EXCLUDED"):
+        if pair == (EXCLUDED, EXCLUDED):
             continue  # the criterion does not apply to this case in either version
-        kind = {("PASS", "PASS"): "both_pass", ("FAIL", "PASS"): "fixed", ("PASS", "FAIL"): "broken", ("FAIL", "FAIL"): "both_fail"}.get(pair)
+        kind = {(PASS, PASS): "both_pass", (FAIL, PASS): "fixed", (PASS, FAIL): "broken", (FAIL, FAIL): "both_fail"}.get(pair)
         if kind is None:
             unpaired += 1
         else:

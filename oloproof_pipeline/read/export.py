@@ -6,10 +6,11 @@ import json
 from pathlib import Path
 from typing import Any, Iterator
 
+from ..model.outcomes import EXCLUDED, FAIL, PASS
 from .results import VersionResults
 from .violations import case_violations
 
-SCORES = {"PASS": 1.0, "FAIL": 0.0}
+SCORES = {PASS: 1.0, FAIL: 0.0}
 
 
 def result_lines(results: VersionResults) -> Iterator[dict[str, Any]]:
@@ -30,7 +31,7 @@ def result_lines(results: VersionResults) -> Iterator[dict[str, Any]]:
             "scores": {
                 verdict["criterion"]: SCORES.get(verdict["outcome"])
                 for verdict in verdicts
-                if verdict["outcome"] != "EXCLUDED"
+                if verdict["outcome"] != EXCLUDED
             },
             "outcomes": {verdict["criterion"]: verdict["outcome"] for verdict in verdicts},
             "violated_constraints": case_violations(verdicts, recording),

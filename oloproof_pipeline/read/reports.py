@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..model.outcomes import FAIL, MISSING, PASS
 from .results import VersionResults, compared_paths, scripted_events, tool_calls
 from ..store.layout import reports_dir
 from ..store.tables import rows_from_frame
@@ -31,7 +32,7 @@ class CasePanel:
 
     @property
     def failing(self) -> bool:
-        return any(verdict["outcome"] in ("FAIL", "MISSING") for verdict in self.verdicts)
+        return any(verdict["outcome"] in (FAIL, MISSING) for verdict in self.verdicts)
 
 
 def case_panel(results: VersionResults, case_id: str) -> CasePanel | None:
@@ -151,7 +152,7 @@ def _case_section(panel: CasePanel) -> str:
     ]
     state_rows = [
         [_text(row["criterion"]), _text(row["path"]), _json(row.get("expected")), _json(row.get("actual")),
-         _outcome("PASS" if row.get("matched") else "FAIL")]
+         _outcome(PASS if row.get("matched") else FAIL)]
         for row in panel.state_rows
     ]
     call_rows = [
