@@ -19,8 +19,8 @@ from .model.errors import ProjectError
 from .model.outcomes import (
     ALLOW,
     EXIT_ALLOW,
-    EXIT_PIPELINE_ERROR,
-    EXIT_PROJECT_ERROR,
+    EXIT_INCOMPLETE,
+    EXIT_USAGE,
     FAIL,
     INSUFFICIENT_EVIDENCE,
     MANUAL_REVIEW,
@@ -104,7 +104,7 @@ def run(
     if evaluation.errors:
         for error in evaluation.errors:
             error_console.print(f"[red]error:[/red] {error}", highlight=False)
-        raise CommandFailed(f"run {evaluation.run_id} failed", EXIT_PIPELINE_ERROR)
+        raise CommandFailed(f"run {evaluation.run_id} failed", EXIT_INCOMPLETE)
     console.print(f"Dagster run {evaluation.run_id} evaluated version {evaluation.version}.")
     show_gate(project, evaluation.version)
 
@@ -168,7 +168,7 @@ def show_gate(project_dir: Path, version: str) -> None:
         stored = ", ".join(stored_partitions(project_dir.resolve(), "gate")) or "none"
         raise CommandFailed(
             f"no gate stored for version {version!r} (stored: {stored}); run `oloproof run` first",
-            EXIT_PIPELINE_ERROR,
+            EXIT_INCOMPLETE,
         )
     rows = rows_from_frame(frame, GATE_NESTED)
     if rows:
@@ -282,7 +282,7 @@ def inspect(
     _, results = stored_results(project, version)
     panel = case_panel(results, case_id)
     if panel is None:
-        raise CommandFailed(f"no case {case_id!r} in the stored cases of {project}", EXIT_PIPELINE_ERROR)
+        raise CommandFailed(f"no case {case_id!r} in the stored cases of {project}", EXIT_USAGE)
     console.rule(f"[bold]{panel.case_id}[/]  version {panel.version}  recording: {panel.status}")
     console.print(f"[bold]input[/]  {json_text(panel.input)}", highlight=False, soft_wrap=True)
     console.print(f"[bold]answer[/] {json_text(panel.answer)}", highlight=False, soft_wrap=True)
@@ -393,7 +393,7 @@ def main() -> None:
     except ProjectError as error:
         for problem in error.problems:
             error_console.print(f"[red]error:[/red] {problem}", highlight=False, soft_wrap=True)
-        sys.exit(EXIT_PROJECT_ERROR)
+        sys.exit(EXIT_USAGE)
     except CommandFailed as error:
         error_console.print(f"[red]error:[/red] {error}", highlight=False, soft_wrap=True)
         sys.exit(error.exit_code)
@@ -411,7 +411,7 @@ def main() -> None:
 
         traceback.print_exc()
         error_console.print(f"[red]internal error:[/red] {type(error).__name__}: {error}", highlight=False, soft_wrap=True)
-        sys.exit(EXIT_PIPELINE_ERROR)
+        sys.exit(EXIT_INCOMPLETE)
 
 
 if __name__ == "__main__":

@@ -5,8 +5,7 @@ from oloproof_pipeline.model.outcomes import (
     EXIT_BLOCK_FAIL,
     EXIT_BLOCK_INSUFFICIENT,
     EXIT_BLOCK_MANUAL_REVIEW,
-    EXIT_PIPELINE_ERROR,
-    EXIT_PROJECT_ERROR,
+    EXIT_INCOMPLETE,
     EXIT_USAGE,
 )
 from oloproof_pipeline.decide.gate import (
@@ -155,12 +154,13 @@ def test_gate_reasons_fail_first_then_manual_then_insufficient():
 def test_gate_exit_codes_per_cause():
     manual = _rule("manual", 0.85, 0.95, [("MANUAL_REVIEW", "approximate_method_not_permitted")])
     insufficient = _rule("straddles", 0.7, 0.9)
-    assert decide_gate([manual, insufficient]).exit_code == EXIT_BLOCK_INSUFFICIENT
+    # Oloproof's precedence: MANUAL_REVIEW before INSUFFICIENT_EVIDENCE.
+    assert decide_gate([manual, insufficient]).exit_code == EXIT_BLOCK_MANUAL_REVIEW
     assert decide_gate([insufficient]).exit_code == EXIT_BLOCK_INSUFFICIENT
     assert decide_gate([manual, _rule("passes", 0.85, 0.95)]).exit_code == EXIT_BLOCK_MANUAL_REVIEW
     codes = [EXIT_ALLOW, EXIT_BLOCK_FAIL, EXIT_USAGE, EXIT_BLOCK_INSUFFICIENT, EXIT_BLOCK_MANUAL_REVIEW,
-             EXIT_PROJECT_ERROR, EXIT_PIPELINE_ERROR]
-    assert codes == [0, 1, 2, 3, 4, 5, 6]
+             EXIT_INCOMPLETE]
+    assert codes == [0, 1, 2, 3, 4, 5]
 
 
 def test_gate_serialises_its_exit_code():

@@ -105,7 +105,7 @@ def test_cli_prints_one_line_and_no_traceback(refund_desk, name):
         text=True,
         timeout=120,
     )
-    assert finished.returncode == 5, finished.stderr
+    assert finished.returncode == 2, finished.stderr
     lines = finished.stderr.strip().splitlines()
     assert len(lines) == 1 and expected in lines[0], finished.stderr
     assert "Traceback" not in finished.stderr + finished.stdout

@@ -1,15 +1,19 @@
 """The words results are said in, each defined once: a verdict's outcome, a rule's decision,
 the gate's decision, and the exit code each decision ends a command with.
 
-| code | constant                   | meaning                                                    |
-| ---- | -------------------------- | ---------------------------------------------------------- |
-| 0    | EXIT_ALLOW                 | every rule PASSed (or the policy has no rules)             |
-| 1    | EXIT_BLOCK_FAIL            | BLOCK: some rule FAILed                                    |
-| 2    | EXIT_USAGE                 | the command was used wrongly (bad option or argument)      |
-| 3    | EXIT_BLOCK_INSUFFICIENT    | BLOCK: no FAIL, some rule INSUFFICIENT_EVIDENCE            |
-| 4    | EXIT_BLOCK_MANUAL_REVIEW   | BLOCK: the only blocking decisions are MANUAL_REVIEW       |
-| 5    | EXIT_PROJECT_ERROR         | the project's files are invalid                            |
-| 6    | EXIT_PIPELINE_ERROR        | the pipeline failed before the gate could decide           |
+Exit codes are Oloproof's, so a CI script written for it keeps working:
+
+| code | constant                   | meaning                                                       |
+| ---- | -------------------------- | ------------------------------------------------------------- |
+| 0    | EXIT_ALLOW                 | every rule PASSed                                             |
+| 1    | EXIT_BLOCK_FAIL            | BLOCK: some rule FAILed                                       |
+| 2    | EXIT_USAGE                 | a usage or configuration error (a bad option, a bad file)     |
+| 3    | EXIT_BLOCK_INSUFFICIENT    | BLOCK: the blocking rules are INSUFFICIENT_EVIDENCE           |
+| 4    | EXIT_BLOCK_MANUAL_REVIEW   | BLOCK: no FAIL, some rule awaits MANUAL_REVIEW                |
+| 5    | EXIT_INCOMPLETE            | the pipeline failed before the gate could decide              |
+
+Among blocked rules the code follows Oloproof's precedence: FAIL, then incomplete, then
+MANUAL_REVIEW, then INSUFFICIENT_EVIDENCE.
 """
 
 from __future__ import annotations
@@ -74,8 +78,7 @@ EXIT_BLOCK_FAIL = 1
 EXIT_USAGE = 2
 EXIT_BLOCK_INSUFFICIENT = 3
 EXIT_BLOCK_MANUAL_REVIEW = 4
-EXIT_PROJECT_ERROR = 5
-EXIT_PIPELINE_ERROR = 6
+EXIT_INCOMPLETE = 5
 
 
 def exit_code_for(rule_decisions: Iterable[str]) -> int:
@@ -83,8 +86,8 @@ def exit_code_for(rule_decisions: Iterable[str]) -> int:
     decisions = set(rule_decisions)
     if FAIL in decisions:
         return EXIT_BLOCK_FAIL
-    if INSUFFICIENT_EVIDENCE in decisions:
-        return EXIT_BLOCK_INSUFFICIENT
     if MANUAL_REVIEW in decisions:
         return EXIT_BLOCK_MANUAL_REVIEW
+    if INSUFFICIENT_EVIDENCE in decisions:
+        return EXIT_BLOCK_INSUFFICIENT
     return EXIT_ALLOW
