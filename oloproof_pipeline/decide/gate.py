@@ -22,9 +22,10 @@ from ..model.outcomes import (
     RuleOutcome,
     exit_code_for,
 )
-from ..store.tables import GATE_NESTED, GATE_SCHEMA, models_to_frame
+from ..model.fingerprints import frame_digest
+from ..store.tables import GATE_NESTED, GATE_SCHEMA, models_to_frame, rows_from_frame
 from .statistics import BarKind, BlockingReason, RateEstimate, rate_from_outcomes, suite_size_to_decide
-from .validity import transform_blocking_reasons
+from .validity import relation_transform, transform_blocking_reasons
 
 
 class RuleDecision(BaseModel):
@@ -222,15 +223,47 @@ def decide_release_gate(
     return decide_gate(decisions)
 
 
-def gate_table(gate: GateDecision, *, version: str, judged_by_run: str) -> pd.DataFrame:
+def gate_table(gate: GateDecision, *, version: str, judged_by_run: str, inputs_digest: str | None = None) -> pd.DataFrame:
     """One row per rule; every row also carries the overall decision and its reasons."""
     extra = {
         "system_version": version,
         "gate_decision": gate.decision,
         "gate_reasons": gate.reasons,
         "judged_by_run": judged_by_run,
+        "inputs_digest": inputs_digest,
     }
     return models_to_frame(gate.rules, GATE_SCHEMA, GATE_NESTED, **extra)
+
+
+# -- reuse ---------------------------------------------------------------------------------
+
+# What the gate reads of each verdict, and of each metamorphic copy (its transform's validity).
+GATED_VERDICT_COLUMNS = ["criterion", "group_id", "outcome", "reason"]
+VALIDITY_COLUMNS = ["transform", "transform_digest", "label_status", "stale_labels", "minimum_validity"]
+
+
+def gate_inputs_digest(project: Project, verdicts: pd.DataFrame, derived_cases: pd.DataFrame | None) -> str:
+    """What the gate is decided from: the verdicts' outcomes by criterion and cluster, the
+    copies' label status, the release policy and the relations' transforms."""
+    relations = {rule.metric: relation_transform(project, rule.metric) for rule in project.release.rules}
+    validity = frame_digest("validity/v1", None if derived_cases is None else derived_cases[VALIDITY_COLUMNS])
+    settings = {"release": project.release.model_dump(mode="json"), "relations": relations, "validity": validity}
+    return frame_digest("gate/v1", verdicts[GATED_VERDICT_COLUMNS], settings)
+
+
+def reusable_gate(stored: pd.DataFrame | None, inputs_digest: str) -> pd.DataFrame | None:
+    """The stored gate when decided from the same inputs (None: decide it)."""
+    if stored is None or "inputs_digest" not in stored.columns or len(stored) == 0:
+        return None
+    return stored if (stored["inputs_digest"] == inputs_digest).all() else None
+
+
+def gate_from_table(frame: pd.DataFrame) -> GateDecision:
+    """A stored gate back as its decision (for the metadata of a gate reused as it is)."""
+    rows = rows_from_frame(frame, GATE_NESTED)
+    fields = set(RuleDecision.model_fields)
+    rules = [RuleDecision.model_validate({name: value for name, value in row.items() if name in fields}) for row in rows]
+    return GateDecision(decision=rows[0]["gate_decision"], reasons=rows[0]["gate_reasons"] or [], rules=rules)
 
 
 # -- Markdown ------------------------------------------------------------------------------

@@ -11,7 +11,9 @@ here is gated, and no curve is fitted across buckets.
 
 from __future__ import annotations
 
+import json
 from collections import Counter, defaultdict
+from dataclasses import dataclass
 from typing import Any, Iterable
 
 import pandas as pd
@@ -22,9 +24,10 @@ from ..model.outcomes import EXCLUDED, FAIL, MISSING, PASS
 from ..model.cases import CaseRecord
 from ..model.config import Project
 from ..model.digests import canonical_json
+from ..model.fingerprints import frame_digest
 from ..model.records import RecordedRun
 from ..model.slicing import SliceSpec, parse_slice_spec
-from ..store.tables import SLICES_SCHEMA, frame_from_rows
+from ..store.tables import SLICES_SCHEMA, frame_from_rows, rows_from_frame
 from .statistics import benjamini_yekutieli, exact_rate
 
 SLICE_FDR = 0.1
@@ -50,14 +53,43 @@ def metadata_value(metadata: dict[str, Any] | None, key: str) -> str:
     return value if isinstance(value, str) else canonical_json(value)
 
 
-def case_bucket(spec: SliceSpec, case: CaseRecord | None, run: RecordedRun | None) -> str:
+@dataclass(frozen=True)
+class CaseFacts:
+    """What slicing reads of one case: its metadata, and the counts of its recording."""
+
+    metadata: dict[str, Any] | None = None
+    tool_calls: int | None = None  # None: no trajectory recorded
+    steps: int | None = None
+
+
+def facts_of(case: CaseRecord | None, run: RecordedRun | None) -> CaseFacts:
+    trajectory = run.trajectory if run is not None else None
+    return CaseFacts(
+        metadata=case.metadata if case is not None else None,
+        tool_calls=len(trajectory.tool_calls()) if trajectory is not None else None,
+        steps=len(trajectory.steps) if trajectory is not None else None,
+    )
+
+
+def facts_from_tables(cases: pd.DataFrame, runs: pd.DataFrame) -> dict[str, CaseFacts]:
+    """Per case id, from the `case_id` and `metadata` columns of the cases and the `case_id`
+    and `trajectory` columns of the recordings (JSON text): no case or run models needed."""
+    counts: dict[str, tuple[int, int]] = {}
+    for case_id, text in zip(runs["case_id"], runs["trajectory"]):
+        if isinstance(text, str):
+            steps = json.loads(text).get("steps") or []
+            counts[case_id] = (sum(step.get("kind") == "tool_call" for step in steps), len(steps))
+    return {
+        case_id: CaseFacts(json.loads(metadata) if isinstance(metadata, str) else None, *counts.get(case_id, (None, None)))
+        for case_id, metadata in zip(cases["case_id"], cases["metadata"])
+    }
+
+
+def case_bucket(spec: SliceSpec, facts: CaseFacts) -> str:
     if spec.kind == "metadata":
-        return metadata_value(case.metadata if case else None, spec.key or "")
-    if run is None or run.trajectory is None:
-        return UNRECORDED
-    trajectory = run.trajectory
-    count = len(trajectory.tool_calls()) if spec.kind == "tool_calls" else len(trajectory.steps)
-    return numeric_bucket(count, spec.bounds)
+        return metadata_value(facts.metadata, spec.key or "")
+    count = facts.tool_calls if spec.kind == "tool_calls" else facts.steps
+    return UNRECORDED if count is None else numeric_bucket(count, spec.bounds)
 
 
 # -- rates per bucket ----------------------------------------------------------------------
@@ -120,6 +152,21 @@ def slice_rows(
 ) -> list[SliceRow]:
     """Every slice's buckets on every criterion, from the cases each criterion judged
     (EXCLUDED verdicts count nowhere), then the BY marks across all tested buckets."""
+    facts = {case_id: facts_of(cases.get(case_id), runs.get(case_id)) for case_id in set(cases) | set(runs)}
+    return slice_rows_of(specs, verdicts, facts, min_support=min_support, confidence=confidence, fdr=fdr)
+
+
+def slice_rows_of(
+    specs: list[SliceSpec],
+    verdicts: pd.DataFrame,
+    facts: dict[str, CaseFacts],
+    *,
+    min_support: int,
+    confidence: float = 0.95,
+    fdr: float = SLICE_FDR,
+) -> list[SliceRow]:
+    """`slice_rows` from each case's facts."""
+    unknown = CaseFacts()
     judged = verdicts[verdicts["outcome"] != EXCLUDED]
     criteria = list(dict.fromkeys(verdicts["criterion"]))
     rows: list[SliceRow] = []
@@ -128,7 +175,7 @@ def slice_rows(
             of_criterion = judged[judged["criterion"] == criterion]
             outcomes_by_bucket: dict[str, Counter] = defaultdict(Counter)
             for case_id, outcome in zip(of_criterion["case_id"], of_criterion["outcome"]):
-                outcomes_by_bucket[case_bucket(spec, cases.get(case_id), runs.get(case_id))][outcome] += 1
+                outcomes_by_bucket[case_bucket(spec, facts.get(case_id, unknown))][outcome] += 1
             whole = sum(outcomes_by_bucket.values(), Counter())
             for bucket in _bucket_order(spec, outcomes_by_bucket):
                 rows.append(_bucket_row(spec, criterion, bucket, outcomes_by_bucket[bucket], whole, min_support, confidence))
@@ -166,21 +213,56 @@ def project_slices(
     project: Project, verdicts: pd.DataFrame, cases: list[CaseRecord], runs: list[RecordedRun]
 ) -> list[SliceRow]:
     """The project's slices over one version's verdicts and recordings."""
-    return slice_rows(
+    by_id, runs_by_id = {case.case_id: case for case in cases}, {run.case_id: run for run in runs}
+    facts = {case_id: facts_of(by_id.get(case_id), runs_by_id.get(case_id)) for case_id in set(by_id) | set(runs_by_id)}
+    return project_slices_of(project, verdicts, facts)
+
+
+def project_slices_of(project: Project, verdicts: pd.DataFrame, facts: dict[str, CaseFacts]) -> list[SliceRow]:
+    """The project's slices over one version's verdicts, from each case's facts."""
+    return slice_rows_of(
         [parse_slice_spec(text) for text in project.config.slices],
         verdicts,
-        {case.case_id: case for case in cases},
-        {run.case_id: run for run in runs},
+        facts,
         min_support=project.config.min_slice_support,
         confidence=project.release.confidence_level,
     )
 
 
+# -- reuse ---------------------------------------------------------------------------------
+
+# What the slices are computed from, of each verdict: its key covers its case (metadata) and
+# recording (the counts), so these columns and the settings decide every slice row.
+SLICED_VERDICT_COLUMNS = ["case_id", "criterion", "outcome", "inputs_key"]
+
+
+def slices_inputs_digest(project: Project, verdicts: pd.DataFrame) -> str:
+    settings = {
+        "slices": project.config.slices,
+        "min_support": project.config.min_slice_support,
+        "confidence": project.release.confidence_level,
+        "fdr": SLICE_FDR,
+    }
+    return frame_digest("slices/v1", verdicts[SLICED_VERDICT_COLUMNS], settings)
+
+
+def reusable_slices(stored: pd.DataFrame | None, inputs_digest: str) -> pd.DataFrame | None:
+    """The stored slices when computed from the same inputs (None: compute them)."""
+    if stored is None or "inputs_digest" not in stored.columns or len(stored) == 0:
+        return None
+    return stored if (stored["inputs_digest"] == inputs_digest).all() else None
+
+
+def slices_from_table(frame: pd.DataFrame) -> list[SliceRow]:
+    fields = [name for name in SliceRow.model_fields if name in frame.columns]
+    return [SliceRow.model_validate(row) for row in rows_from_frame(frame[fields])]
+
+
 # -- tables and Markdown -------------------------------------------------------------------
 
 
-def slice_table(rows: list[SliceRow], *, version: str, sliced_by_run: str | None) -> pd.DataFrame:
-    extra = {"system_version": version, "sliced_by_run": sliced_by_run}
+def slice_table(rows: list[SliceRow], *, version: str, sliced_by_run: str | None, inputs_digest: str | None = None) -> pd.DataFrame:
+    extra = {"system_version": version, "sliced_by_run": sliced_by_run, "inputs_digest": inputs_digest}
     return frame_from_rows([{**row.model_dump(mode="json"), **extra} for row in rows], SLICES_SCHEMA)
 
 

@@ -10,6 +10,7 @@ from dagster import (
     AssetCheckSeverity,
     AssetExecutionContext,
     AssetIn,
+    AssetKey,
     DynamicPartitionsDefinition,
     MetadataValue,
     asset,
@@ -18,24 +19,85 @@ from dagster import (
 
 from ..model.outcomes import ALLOW, PASS
 from ..decide.validity import transform_validity, validity_markdown
-from ..decide.gate import decide_release_gate, gate_markdown, gate_table
-from ..decide.slices import project_slices, slice_table, slices_markdown
-from ..evaluators.judging import judge_cases, replays_for_judging
+from ..decide.gate import (
+    GATED_VERDICT_COLUMNS,
+    VALIDITY_COLUMNS,
+    decide_release_gate,
+    gate_from_table,
+    gate_inputs_digest,
+    gate_markdown,
+    gate_table,
+    reusable_gate,
+)
+from ..decide.slices import (
+    SLICED_VERDICT_COLUMNS,
+    facts_from_tables,
+    project_slices_of,
+    reusable_slices,
+    slice_table,
+    slices_from_table,
+    slices_inputs_digest,
+    slices_markdown,
+)
+from ..evaluators.judging import judge_verdict_table
 from ..model.cases import load_cases
 from ..model.config import Project
 from ..model.fingerprints import code_versions
 from ..model.transforms import derive_cases
 from ..read import compare as comparison
-from ..read.reports import write_html_report
+from ..read.reports import (
+    REPORTED_CASE_COLUMNS,
+    REPORTED_RUN_COLUMNS,
+    REPORTED_VERDICT_COLUMNS,
+    report_inputs_digest,
+    report_is_current,
+    report_path,
+    write_html_report,
+)
 from ..read.results import load_results, outcome_counts, results_from_tables
-from ..run.recording import record_cases
-from ..run.replaying import replay_faults
+from ..run.recording import record_case_table
+from ..run.replaying import replay_fault_table
 from ..store import tables
-from ..store.layout import table_path
+from ..store.layout import read_table, table_path
+from ..store.tables import StoredTable
 from .metadata import ProgressLog, counts_markdown, run_link, value_counts
 from .resources import ComparisonConfig, EvaluationProject, RecordingConfig, SandboxCluster
 
 IO_MANAGER_KEY = "oloproof_parquet"
+
+
+# The per-version tables the assets read back from storage (by column, see `StoredTable`).
+PER_VERSION_TABLES = ("recorded_runs", "fault_replays", "verdicts", "slices", "gate")
+
+
+def why(reasons: list[str]) -> dict:
+    """Why anything ran again: one line per reason (also printed by `oloproof run`)."""
+    return {"why": MetadataValue.json(reasons)}
+
+
+def progress_step(total: int) -> int:
+    """Log progress about twenty times a run: each log line is an event stored in the instance."""
+    return max(10, total // 20)
+
+
+def write_report(project: Project, stored: dict[str, StoredTable], version: str, gate: pd.DataFrame):
+    """The version's HTML report, written again only when what it shows changed: (path, written)."""
+    runs, verdicts = stored["recorded_runs"], stored["verdicts"]
+    slices = read_table(project.root, "slices", version)
+    inputs_digest = report_inputs_digest(
+        project.name, version, cases=stored["cases"].columns(*REPORTED_CASE_COLUMNS),
+        runs=runs.columns(*REPORTED_RUN_COLUMNS) if runs.exists else None,
+        verdicts=verdicts.columns(*REPORTED_VERDICT_COLUMNS), gate=gate, slices=slices,
+    )
+    path = report_path(project.root, version)
+    if report_is_current(path, inputs_digest):
+        return path, False
+    results = results_from_tables(
+        version, cases=stored["cases"].whole(tables.CASES_SCHEMA), derived_cases=None,
+        recorded_runs=runs.whole(tables.RECORDED_RUNS_SCHEMA) if runs.exists else None,
+        verdicts=verdicts.whole(tables.VERDICTS_SCHEMA), gate=gate, slices=slices,
+    )
+    return write_html_report(project.root, results, project.name, inputs_digest=inputs_digest), True
 
 
 def sandbox_pool(project: Project) -> str:
@@ -50,9 +112,9 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
     common = {"key_prefix": prefix, "group_name": project.name, "io_manager_key": IO_MANAGER_KEY}
     per_version = {**common, "partitions_def": versions}
 
-    def upstream(*names: str) -> dict[str, AssetIn]:
-        """Inputs loaded from this project's assets of the same names."""
-        return {name: AssetIn(key_prefix=prefix) for name in names}
+    def upstream(*names: str) -> list[AssetKey]:
+        """This project's assets of those names: read by column from storage, not loaded whole."""
+        return [AssetKey([*prefix, name]) for name in names]
 
     @asset(
         **common,
@@ -66,7 +128,7 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
 
     @asset(
         **common,
-        ins=upstream("cases"),
+        ins={"cases": AssetIn(key_prefix=prefix)},
         code_version=code_version["derived_cases"],
         description="One copy of each case per metamorphic transform, its pair digest, and whether "
         "people's labels kept it; per transform, whether the labels check it.",
@@ -89,39 +151,43 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
         )
         return frame
 
+    def tables_of(version: str | None = None) -> dict[str, StoredTable]:
+        """This project's stored tables as the per-version assets read them: by column, as needed."""
+        root = project.root
+        return {
+            "cases": StoredTable(table_path(root, "cases"), table_path(root, "derived_cases")),
+            "derived_cases": StoredTable(table_path(root, "derived_cases")),
+            **{name: StoredTable(table_path(root, name, version)) for name in PER_VERSION_TABLES if version is not None},
+        }
+
     @asset(
         **per_version,
-        ins=upstream("cases", "derived_cases"),
+        deps=upstream("cases", "derived_cases"),
         code_version=code_version["recorded_runs"],
         pool=sandbox_pool(project),
-        description="Each case run once against the system version named by the partition.",
+        description="Each case run once against the system version named by the partition; reused while "
+        "the case, the version and the system's code hold.",
     )
     def recorded_runs(
         context: AssetExecutionContext,
         config: RecordingConfig,
         evaluation_project: EvaluationProject,
         sandbox_cluster: SandboxCluster,
-        cases: pd.DataFrame,
-        derived_cases: pd.DataFrame,
     ) -> pd.DataFrame:
         loaded = evaluation_project.load()
-        all_cases = tables.cases_with_copies(cases, derived_cases)
+        cases = tables_of()["cases"]
+        progress = ProgressLog(context.log, "recorded", len(cases), every=progress_step(len(cases)))
         with sandbox_cluster.sandboxes(loaded.config.execution) as sandboxes:
-            runs, summary = record_cases(
-                loaded,
-                all_cases,
-                version=context.partition_key,
-                run_id=context.run.run_id,
-                fresh=config.fresh,
-                on_recorded=ProgressLog(context.log, "recorded", len(all_cases)).step,
-                sandboxes=sandboxes,
+            frame, summary = record_case_table(
+                loaded, cases, version=context.partition_key, run_id=context.run.run_id, fresh=config.fresh,
+                on_recorded=progress.step, sandboxes=sandboxes,
             )
-        frame = tables.recorded_runs_table(runs)
         context.log.info(f"recorded {summary.new} cases, reused {summary.reused}, {summary.failed} failed")
         context.add_output_metadata(
             {
                 "dagster/row_count": len(frame),
                 **summary.as_metadata(),
+                **why(summary.reasons()),
                 "status": MetadataValue.json(value_counts(frame, "status")),
                 **run_link(context.run.run_id),
             }
@@ -130,7 +196,7 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
 
     @asset(
         **per_version,
-        ins=upstream("cases", "recorded_runs"),
+        deps=upstream("cases", "recorded_runs"),
         code_version=code_version["fault_replays"],
         pool=sandbox_pool(project),
         description="Each recorded case replayed per fault plan (a control replay, then one with a tool "
@@ -140,24 +206,20 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
         context: AssetExecutionContext,
         evaluation_project: EvaluationProject,
         sandbox_cluster: SandboxCluster,
-        cases: pd.DataFrame,
-        recorded_runs: pd.DataFrame,
     ) -> pd.DataFrame:
         loaded = evaluation_project.load()
+        stored = tables_of(context.partition_key)
         with sandbox_cluster.sandboxes(loaded.config.execution) as sandboxes:
-            frame, summary = replay_faults(
-                loaded,
-                tables.cases_from_table(cases),
-                tables.runs_from_table(recorded_runs),
-                version=context.partition_key,
-                run_id=context.run.run_id,
-                sandboxes=sandboxes,
+            frame, summary = replay_fault_table(
+                loaded, stored["cases"], stored["recorded_runs"], version=context.partition_key,
+                run_id=context.run.run_id, sandboxes=sandboxes,
             )
         context.log.info(f"replayed {summary.new} cases, reused {summary.reused}, {summary.failed} failed")
         context.add_output_metadata(
             {
                 "dagster/row_count": len(frame),
                 **summary.as_metadata(),
+                **why(summary.reasons()),
                 "outcome_counts": MetadataValue.json(outcome_counts(frame)),
                 **run_link(context.run.run_id),
             }
@@ -166,31 +228,24 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
 
     @asset(
         **per_version,
-        ins=upstream("cases", "derived_cases", "recorded_runs", "fault_replays"),
+        deps=upstream("cases", "derived_cases", "recorded_runs", "fault_replays"),
         code_version=code_version["verdicts"],
-        description="One verdict per case and criterion, naming the runs that recorded and judged it.",
+        description="One verdict per case and criterion, naming the runs that recorded and judged it; "
+        "reused while its evaluator, recording and replay hold.",
     )
-    def verdicts(
-        context: AssetExecutionContext,
-        evaluation_project: EvaluationProject,
-        cases: pd.DataFrame,
-        derived_cases: pd.DataFrame,
-        recorded_runs: pd.DataFrame,
-        fault_replays: pd.DataFrame,
-    ) -> pd.DataFrame:
-        runs = tables.runs_from_table(recorded_runs)
-        frame = judge_cases(
-            evaluation_project.load(),
-            tables.cases_with_copies(cases, derived_cases),
-            runs,
-            version=context.partition_key,
-            judged_by_run=context.run.run_id,
-            replays=replays_for_judging(fault_replays, runs),
+    def verdicts(context: AssetExecutionContext, evaluation_project: EvaluationProject) -> pd.DataFrame:
+        stored = tables_of(context.partition_key)
+        frame, summary = judge_verdict_table(
+            evaluation_project.load(), stored["cases"], stored["recorded_runs"], stored["fault_replays"],
+            stored["verdicts"], version=context.partition_key, judged_by_run=context.run.run_id,
         )
         counts = outcome_counts(frame)
         context.add_output_metadata(
             {
                 "dagster/row_count": len(frame),
+                **summary.as_metadata(),
+                "verdicts_judged_by_criterion": MetadataValue.json(dict(summary.judged_by_criterion)),
+                **why(summary.reasons()),
                 "outcomes": MetadataValue.md(counts_markdown(counts)),
                 "outcome_counts": MetadataValue.json(counts),
                 **run_link(context.run.run_id),
@@ -200,34 +255,36 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
 
     @asset(
         **per_version,
-        ins=upstream("cases", "derived_cases", "recorded_runs", "verdicts", "slices"),
+        deps=upstream("cases", "derived_cases", "recorded_runs", "verdicts", "slices"),
         code_version=code_version["gate"],
         description="The release gate: a decision per rule with its interval, and ALLOW or BLOCK.",
     )
-    def gate(
-        context: AssetExecutionContext,
-        evaluation_project: EvaluationProject,
-        cases: pd.DataFrame,
-        derived_cases: pd.DataFrame,
-        recorded_runs: pd.DataFrame,
-        verdicts: pd.DataFrame,
-        slices: pd.DataFrame,
-    ) -> pd.DataFrame:
+    def gate(context: AssetExecutionContext, evaluation_project: EvaluationProject) -> pd.DataFrame:
         loaded = evaluation_project.load()
         version = context.partition_key
-        decision = decide_release_gate(loaded, verdicts, derived_cases)
-        frame = gate_table(decision, version=version, judged_by_run=context.run.run_id)
+        stored = tables_of(version)
+        gated = stored["verdicts"].columns(*GATED_VERDICT_COLUMNS)
+        validity = stored["derived_cases"].columns(*VALIDITY_COLUMNS) if stored["derived_cases"].exists else None
+        inputs_digest = gate_inputs_digest(loaded, gated, validity)
+        frame = reusable_gate(read_table(loaded.root, "gate", version), inputs_digest)
+        reused, reasons = frame is not None, []
+        if frame is None:
+            decision = decide_release_gate(loaded, gated, validity)
+            frame = gate_table(decision, version=version, judged_by_run=context.run.run_id, inputs_digest=inputs_digest)
+            reasons.append("gate decided again: its verdicts, labels or release policy changed")
+        else:
+            decision = gate_from_table(frame)
         # The report is written here, not downstream: a blocking gate check skips anything
         # after the gate, and a blocked release is when the report is read most.
-        results = results_from_tables(
-            version, cases=cases, derived_cases=derived_cases, recorded_runs=recorded_runs,
-            verdicts=verdicts, gate=frame, slices=slices,
-        )
-        report = write_html_report(loaded.root, results, loaded.name)
+        report, written = write_report(loaded, stored, version, frame)
+        if written:
+            reasons.append("report written again: its tables changed")
         context.add_output_metadata(
             {
                 "dagster/row_count": len(frame),
                 "decision": decision.decision,
+                "gate_reused": reused,
+                **why(reasons),
                 "gate": MetadataValue.md(gate_markdown(decision)),
                 "report_path": MetadataValue.path(str(report)),
                 "table_path": MetadataValue.path(str(table_path(loaded.root, "gate", version))),
@@ -238,29 +295,31 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
 
     @asset(
         **per_version,
-        ins=upstream("cases", "derived_cases", "recorded_runs", "verdicts"),
+        deps=upstream("cases", "derived_cases", "recorded_runs", "verdicts"),
         code_version=code_version["slices"],
         description="Exploratory rates per slice bucket (tool calls, steps, metadata) with "
         "Benjamini-Yekutieli marks; never gated.",
     )
-    def slices(
-        context: AssetExecutionContext,
-        evaluation_project: EvaluationProject,
-        cases: pd.DataFrame,
-        derived_cases: pd.DataFrame,
-        recorded_runs: pd.DataFrame,
-        verdicts: pd.DataFrame,
-    ) -> pd.DataFrame:
-        rows = project_slices(
-            evaluation_project.load(),
-            verdicts,
-            tables.cases_with_copies(cases, derived_cases),
-            tables.runs_from_table(recorded_runs),
-        )
-        frame = slice_table(rows, version=context.partition_key, sliced_by_run=context.run.run_id)
+    def slices(context: AssetExecutionContext, evaluation_project: EvaluationProject) -> pd.DataFrame:
+        loaded = evaluation_project.load()
+        version = context.partition_key
+        stored = tables_of(version)
+        sliced = stored["verdicts"].columns(*SLICED_VERDICT_COLUMNS)
+        inputs_digest = slices_inputs_digest(loaded, sliced)
+        frame = reusable_slices(read_table(loaded.root, "slices", version), inputs_digest)
+        reused, reasons = frame is not None, []
+        if frame is None:
+            facts = facts_from_tables(stored["cases"].columns("case_id", "metadata"), stored["recorded_runs"].columns("case_id", "trajectory"))
+            rows = project_slices_of(loaded, sliced, facts)
+            frame = slice_table(rows, version=version, sliced_by_run=context.run.run_id, inputs_digest=inputs_digest)
+            reasons.append("slices computed again: their verdicts or settings changed")
+        else:
+            rows = slices_from_table(frame)
         context.add_output_metadata(
             {
                 "dagster/row_count": len(frame),
+                "slices_reused": reused,
+                **why(reasons),
                 "slices": MetadataValue.md(slices_markdown(rows)),
                 "buckets_marked_different": sum(bool(row.differs) for row in rows),
                 **run_link(context.run.run_id),

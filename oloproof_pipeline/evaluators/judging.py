@@ -1,24 +1,70 @@
 """The judging step: every case on every criterion, from stored recordings and replays only
-(so a version re-grades without its system), as the rows of the `verdicts` table."""
+(so a version re-grades without its system), as the rows of the `verdicts` table.
+
+Incremental: each verdict row carries its cache key (`inputs_key`): the digest of its
+evaluator (configuration and code), its case's recording, a copy's source recording, and the
+replay it judged. A stored verdict whose key still holds is reused as it is (with the run that
+judged it); only the rest are judged, a cluster of cases at a time, so the models a judgement
+needs exist only for the cases being judged.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import inspect
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
 
+import numpy as np
 import pandas as pd
 
 from ..model.cases import CaseRecord
 from ..model.config import Project
 from ..model.faults import FaultReplay
+from ..model.fingerprints import evaluator_digest, row_key
 from ..model.outcomes import Verdict
 from ..model.records import RecordedRun
-from ..store.tables import VERDICT_NESTED, VERDICTS_SCHEMA, frame_from_rows, replays_from_table
+from ..store.tables import (
+    CASE_NESTED,
+    CASES_SCHEMA,
+    FAULT_REPLAY_NESTED,
+    RUN_NESTED,
+    VERDICT_NESTED,
+    VERDICTS_SCHEMA,
+    RowBatches,
+    StoredTable,
+    frame_from_rows,
+    null_to_none,
+    replays_from_table,
+)
 from .base import Evaluator, JudgingContext
+from .python_grader import PythonGrader
+
+# Clusters (a source and its copies) judged together: a copy is judged against its source's
+# recording, and the models of one chunk are dropped before the next is parsed.
+CLUSTERS_PER_CHUNK = 1000
+JUDGED, REJUDGED = "judged", "re-judged"
 
 
 def judge_all(evaluators: list[Evaluator], cases: list[CaseRecord], context: JudgingContext) -> list[Verdict]:
     """One verdict per case and criterion, in case order."""
     return [evaluator.judge_case(case, context) for case in cases for evaluator in evaluators]
+
+
+def verdict_row(verdict: Verdict, case: CaseRecord, context: JudgingContext, version: str, judged_by_run: str) -> dict[str, Any]:
+    recording = context.recording_of(verdict.case_id)
+    replay = context.replays.get((verdict.case_id, verdict.criterion))
+    return {
+        **verdict.model_dump(mode="json"),
+        "case_digest": case.case_digest,
+        "group_id": case.group_id,
+        "system_version": version,
+        "recorded_by_run": recording.recorded_by_run if recording else None,
+        "replayed_by_run": getattr(replay, "replayed_by_run", None),
+        "judged_by_run": judged_by_run,
+    }
 
 
 def judge_cases(
@@ -30,27 +76,17 @@ def judge_cases(
     judged_by_run: str,
     replays: dict[tuple[str, str], Any] | None = None,
 ) -> pd.DataFrame:
-    """One verdict row per case and criterion, naming the runs that recorded and judged it."""
+    """One verdict row per case and criterion, naming the runs that recorded and judged it
+    (every case judged: for cases and recordings in hand, as in scripts and tests)."""
     context = JudgingContext(
         cases={case.case_id: case for case in cases},
         recordings={run.case_id: run for run in runs},
         replays=replays or {},
     )
-    rows = []
-    for verdict in judge_all(project.evaluators, cases, context):
-        case, recording = context.cases[verdict.case_id], context.recording_of(verdict.case_id)
-        replay = context.replays.get((verdict.case_id, verdict.criterion))
-        rows.append(
-            {
-                **verdict.model_dump(mode="json"),
-                "case_digest": case.case_digest,
-                "group_id": case.group_id,
-                "system_version": version,
-                "recorded_by_run": recording.recorded_by_run if recording else None,
-                "replayed_by_run": getattr(replay, "replayed_by_run", None),
-                "judged_by_run": judged_by_run,
-            }
-        )
+    rows = (
+        verdict_row(verdict, context.cases[verdict.case_id], context, version, judged_by_run)
+        for verdict in judge_all(project.evaluators, cases, context)
+    )
     return frame_from_rows(rows, VERDICTS_SCHEMA, VERDICT_NESTED)
 
 
@@ -66,3 +102,235 @@ def replays_for_judging(frame: pd.DataFrame | None, runs: list[RecordedRun]) -> 
         ):
             replays[(replay.case_id, replay.criterion)] = replay
     return replays
+
+
+# -- cache keys -------------------------------------------------------------------------------
+
+
+def evaluator_code_files(evaluator: Evaluator, project_root: Path) -> list[Path]:
+    """The evaluator's module, the evaluator modules it uses, and a python grader's module."""
+    module = sys.modules[type(evaluator).__module__]
+    package = module.__name__.rpartition(".")[0]
+    used = {module.__name__}
+    for value in vars(module).values():
+        name = value.__name__ if inspect.ismodule(value) else getattr(value, "__module__", None)
+        if isinstance(name, str) and name.startswith(package + "."):
+            used.add(name)
+    files = [Path(inspect.getfile(sys.modules[name])) for name in sorted(used) if name in sys.modules]
+    if isinstance(evaluator, PythonGrader):
+        module_name = evaluator.config.function.partition(":")[0]
+        files.append(project_root.joinpath(*module_name.split(".")).with_suffix(".py"))
+    return files
+
+
+def evaluator_digests(project: Project) -> list[str]:
+    """Per evaluator (in `evaluators:` order), the digest its verdicts are keyed by."""
+    return [
+        evaluator_digest(evaluator.config.model_dump(mode="json"), evaluator_code_files(evaluator, project.root), project.root)
+        for evaluator in project.evaluators
+    ]
+
+
+def recording_keys(runs: StoredTable, version: str) -> dict[str, str]:
+    """case id -> the key of its recording (computed for tables written without one)."""
+    keys = runs.columns("case_id", "recording_key", "case_digest", "code_fingerprint", "recorded_by_run", "status")
+    return {
+        case_id: key or row_key("recording", digest, version, fingerprint, run, status)
+        for case_id, key, digest, fingerprint, run, status in zip(
+            keys["case_id"], null_to_none(keys["recording_key"]), keys["case_digest"],
+            null_to_none(keys["code_fingerprint"]), null_to_none(keys["recorded_by_run"]), keys["status"],
+        )
+    }
+
+
+def replay_keys(replays: StoredTable) -> dict[tuple[str, str], str]:
+    """(case id, criterion) -> the key of the replay a fault verdict judges."""
+    if not replays.exists or not len(replays):
+        return {}
+    keys = replays.columns("case_id", "criterion", "case_digest", "plan_digest", "recorded_by_run", "replayed_by_run")
+    return {
+        (case_id, criterion): row_key("replay", digest, plan, recorded, replayed)
+        for case_id, criterion, digest, plan, recorded, replayed in zip(
+            keys["case_id"], keys["criterion"], keys["case_digest"], keys["plan_digest"],
+            null_to_none(keys["recorded_by_run"]), null_to_none(keys["replayed_by_run"]),
+        )
+    }
+
+
+def verdict_keys(project: Project, cases: pd.DataFrame, runs: StoredTable, replays: StoredTable, version: str) -> pd.DataFrame:
+    """One row per case and criterion, in case then evaluator order, with the cache key of
+    the verdict it should hold: `evaluator_digest`, `recording_key` and `inputs_key`."""
+    recordings = recording_keys(runs, version)
+    replayed = replay_keys(replays)
+    own = [recordings.get(case_id) for case_id in cases["case_id"]]
+    source = [recordings.get(source_id) if source_id else None for source_id in null_to_none(cases["source_id"])]
+    frames = []
+    for position, (evaluator, digest) in enumerate(zip(project.evaluators, evaluator_digests(project))):
+        criterion = evaluator.criterion
+        inputs = [
+            row_key("verdict", digest, recording, source_recording, replayed.get((case_id, criterion)))
+            for case_id, recording, source_recording in zip(cases["case_id"], own, source)
+        ]
+        frames.append(
+            pd.DataFrame(
+                {
+                    "case_position": cases.index, "evaluator_position": position, "case_id": cases["case_id"].to_numpy(),
+                    "criterion": criterion, "evaluator_digest": digest, "recording_key": own, "inputs_key": inputs,
+                }
+            )
+        )
+    if not frames:
+        return pd.DataFrame(columns=["case_position", "evaluator_position", "case_id", "criterion", "evaluator_digest",
+                                     "recording_key", "inputs_key"])
+    return pd.concat(frames, ignore_index=True)
+
+
+# -- what is reused, what is judged -------------------------------------------------------------
+
+
+@dataclass
+class VerdictSummary:
+    """Verdicts judged now and reused, per criterion, and why any was judged."""
+
+    judged: int = 0
+    reused: int = 0
+    judged_by_criterion: Counter = field(default_factory=Counter)
+    why: Counter = field(default_factory=Counter)
+
+    def as_metadata(self) -> dict[str, int]:
+        return {"verdicts_judged": self.judged, "verdicts_reused": self.reused}
+
+    def reasons(self) -> list[str]:
+        """`216 verdicts for state_correct re-judged: evaluator changed`, most frequent first."""
+        return [
+            f"{count} verdict{'' if count == 1 else 's'} for {criterion} {done}: {reason}"
+            for (criterion, done, reason), count in self.why.most_common()
+        ]
+
+
+def why_judged(wanted: pd.DataFrame, stored: pd.DataFrame, summary: VerdictSummary) -> None:
+    """Per verdict judged now, why no stored verdict could be reused."""
+    known_criteria = set(stored["criterion"])
+    for row in wanted.itertuples(index=False):
+        if pd.isna(row.stored_key):
+            reason = "new case" if row.criterion in known_criteria else "new evaluator"
+            summary.why[(row.criterion, JUDGED, reason)] += 1
+            continue
+        if row.stored_evaluator != row.evaluator_digest:
+            reason = "evaluator changed"
+        elif row.stored_recording != row.recording_key:
+            reason = "recording changed"
+        else:
+            reason = "fault replay or the source's recording changed"
+        summary.why[(row.criterion, REJUDGED, reason)] += 1
+
+
+def judge_verdict_table(
+    project: Project,
+    cases: StoredTable,
+    runs: StoredTable,
+    replays: StoredTable,
+    stored: StoredTable,
+    *,
+    version: str,
+    judged_by_run: str,
+) -> tuple[pd.DataFrame, VerdictSummary]:
+    """The `verdicts` table: each stored verdict whose key still holds, reused; every other
+    case and criterion judged now. In case then evaluator order."""
+    case_keys = cases.columns("case_id", "source_id", "group_id")
+    wanted = verdict_keys(project, case_keys, runs, replays, version)
+    previous = stored.columns("case_id", "criterion", "inputs_key", "evaluator_digest", "recording_key") if stored.exists else (
+        pd.DataFrame(columns=["case_id", "criterion", "inputs_key", "evaluator_digest", "recording_key"])
+    )
+    previous = previous.assign(stored_position=np.arange(len(previous))).drop_duplicates(["case_id", "criterion"], keep="last")
+    wanted = wanted.merge(
+        previous.rename(columns={"inputs_key": "stored_key", "evaluator_digest": "stored_evaluator", "recording_key": "stored_recording"}),
+        on=["case_id", "criterion"], how="left",
+    )
+    reuse = wanted["stored_key"].notna() & (wanted["stored_key"] == wanted["inputs_key"])
+    summary = VerdictSummary(reused=int(reuse.sum()))
+    to_judge = wanted[~reuse]
+    why_judged(to_judge, previous, summary)
+    new = judge_wanted(project, cases, runs, replays, to_judge, case_keys, version=version, judged_by_run=judged_by_run)
+    summary.judged = len(to_judge)
+    summary.judged_by_criterion.update(to_judge["criterion"].tolist())
+    frames = []
+    if len(new):
+        frames.append(new.merge(to_judge[["case_id", "criterion", "case_position", "evaluator_position"]], on=["case_id", "criterion"]))
+    reused = wanted[reuse]
+    if len(reused):
+        rows = stored.whole(VERDICTS_SCHEMA).iloc[reused["stored_position"].astype(int).to_numpy()].reset_index(drop=True)
+        frames.append(rows.assign(case_position=reused["case_position"].to_numpy(), evaluator_position=reused["evaluator_position"].to_numpy()))
+    if not frames:
+        return frame_from_rows([], VERDICTS_SCHEMA, VERDICT_NESTED), summary
+    combined = pd.concat(frames, ignore_index=True).sort_values(["case_position", "evaluator_position"], kind="stable")
+    return combined.reset_index(drop=True)[VERDICTS_SCHEMA.names], summary
+
+
+def judge_wanted(
+    project: Project,
+    cases: StoredTable,
+    runs: StoredTable,
+    replays: StoredTable,
+    to_judge: pd.DataFrame,
+    case_keys: pd.DataFrame,
+    *,
+    version: str,
+    judged_by_run: str,
+) -> pd.DataFrame:
+    """Verdict rows for the (case, criterion) pairs of `to_judge`, a chunk of clusters at a time."""
+    batches = RowBatches(VERDICTS_SCHEMA, VERDICT_NESTED)
+    if to_judge.empty:
+        return batches.frame()
+    groups = case_keys["group_id"].to_numpy()
+    run_positions = {case_id: position for position, case_id in enumerate(runs.columns("case_id")["case_id"])}
+    replay_positions = replay_rows(replays, to_judge)
+    pairs = to_judge.assign(group=groups[to_judge["case_position"].to_numpy()])
+    chunk_of = {group: index // CLUSTERS_PER_CHUNK for index, group in enumerate(dict.fromkeys(pairs["group"]))}
+    for _, chunk in pairs.groupby(pairs["group"].map(chunk_of), sort=True):
+        positions = sorted(set(chunk["case_position"]))
+        chunk_cases = case_models(cases, positions)
+        needed_runs = {case.case_id for case in chunk_cases.values()} | {
+            case.source_id for case in chunk_cases.values() if case.source_id
+        }
+        context = JudgingContext(
+            cases={case.case_id: case for case in chunk_cases.values()},
+            recordings=run_models(runs, sorted(run_positions[case_id] for case_id in needed_runs if case_id in run_positions)),
+            replays=replay_models(replays, [replay_positions[key] for key in zip(chunk["case_id"], chunk["criterion"]) if key in replay_positions]),
+        )
+        evaluators = project.evaluators
+        for pair in chunk.itertuples(index=False):
+            case = chunk_cases[pair.case_position]
+            verdict = evaluators[pair.evaluator_position].judge_case(case, context)
+            row = verdict_row(verdict, case, context, version, judged_by_run)
+            batches.add({**row, "evaluator_digest": pair.evaluator_digest, "recording_key": pair.recording_key, "inputs_key": pair.inputs_key})
+    return batches.frame()
+
+
+def replay_rows(replays: StoredTable, to_judge: pd.DataFrame) -> dict[tuple[str, str], int]:
+    """(case id, criterion) -> row of the replays table, for the pairs being judged."""
+    if not replays.exists or not len(replays):
+        return {}
+    keys = replays.columns("case_id", "criterion")
+    wanted = set(zip(to_judge["case_id"], to_judge["criterion"]))
+    return {key: position for position, key in enumerate(zip(keys["case_id"], keys["criterion"])) if key in wanted}
+
+
+def case_models(cases: StoredTable, positions: list[int]) -> dict[int, CaseRecord]:
+    rows = cases.rows(positions, CASES_SCHEMA.names, CASE_NESTED)
+    return {position: CaseRecord.model_validate(row) for position, row in zip(positions, rows)}
+
+
+def run_models(runs: StoredTable, positions: Iterable[int]) -> dict[str, RecordedRun]:
+    fields = [name for name in RecordedRun.model_fields if name in runs.names]
+    models = (RecordedRun.model_validate(row) for row in runs.rows(list(positions), fields, RUN_NESTED))
+    return {run.case_id: run for run in models}
+
+
+def replay_models(replays: StoredTable, positions: list[int]) -> dict[tuple[str, str], FaultReplay]:
+    """The replays, when made from the recording being judged (a verdict checks that too)."""
+    if not positions:
+        return {}
+    fields = [name for name in FaultReplay.model_fields if name in replays.names]
+    models = (FaultReplay.model_validate(row) for row in replays.rows(sorted(positions), fields, FAULT_REPLAY_NESTED))
+    return {(replay.case_id, replay.criterion): replay for replay in models}

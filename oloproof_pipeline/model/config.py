@@ -46,6 +46,9 @@ class SystemConfig(StrictModel):
     callable: str = Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
     # The record tables of the system's state (e.g. `orders`), named when a reset check fails.
     records: list[str] | None = None
+    # Files and folders (relative to the project) that are the system's code besides the
+    # callable's own module: an edit to any of them re-records, as one to that module does.
+    code_paths: list[str] = Field(default_factory=list)
 
     @field_validator("version")
     @classmethod

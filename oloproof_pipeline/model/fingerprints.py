@@ -1,13 +1,37 @@
-"""Digests of the configuration each stage depends on: when an evaluator or a rule changes,
-the stages it feeds show as stale (Dagster's `code_version`) and a backfill re-grades them."""
+"""Digests of what produced each stored result, so a cache is reused only while it holds.
+
+- `code_versions`: per asset, a digest of the configuration it depends on; when an evaluator
+  or a rule changes, the stages it feeds show as stale (Dagster's `code_version`) and a
+  backfill re-grades them.
+- `system_code_fingerprint`: the system's code, read as files (never imported): the module the
+  callable lives in and every file under `system.code_paths`. A recording is reused only while
+  its case digest, the system version and this fingerprint are unchanged.
+- `evaluator_digest`: an evaluator's configuration and code (and a python grader's module). A
+  verdict is reused only while it and the verdict's recordings and replays are unchanged.
+- `row_key` and `frame_digest`: short keys joining those parts, row by row and over a table.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import pandas as pd
 
 from .. import __version__
-from .config import Project
-from .digests import digest
+from .config import PROJECT_FILE, Project
+from .digests import canonical_json, digest
+from .errors import ProjectError
+
+SYSTEM_CODE_TAG = "system_code/v1"
+EVALUATOR_TAG = "evaluator/v1"
+# The pipeline's own code is part of what produced a recording (the runner and tool box write
+# the trajectory), so a new release of it re-records once.
+PIPELINE_ENTRY = "(oloproof_pipeline)"
+# Never part of a system's code: caches, version control, and what the pipeline writes.
+SKIPPED_NAMES = {"__pycache__", ".git", ".hg", ".svn", ".oloproof", ".pytest_cache", ".mypy_cache", ".venv"}
 
 
 def code_versions(project: Project) -> dict[str, str]:
@@ -30,3 +54,110 @@ def code_versions(project: Project) -> dict[str, str]:
         "slices": short("slices", {"slices": config.slices, "min_support": config.min_slice_support}),
         "gate": short("gate", project.release.model_dump(mode="json")),
     }
+
+
+# -- file contents -------------------------------------------------------------------------
+
+
+def file_digest(path: Path) -> str:
+    return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def files_under(path: Path) -> list[Path]:
+    """`path` itself, or every file below it (caches and version control left out), sorted."""
+    if path.is_file():
+        return [path]
+    found = []
+    for child in sorted(path.iterdir()):
+        if child.name in SKIPPED_NAMES or child.suffix in {".pyc", ".pyo"}:
+            continue
+        found.extend(files_under(child) if child.is_dir() else [child])
+    return found
+
+
+def relative_name(path: Path, root: Path) -> str:
+    """How a file is named in fingerprints and messages: relative to the project when inside it."""
+    try:
+        return path.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return str(path.resolve())
+
+
+# -- the system's code ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CodeFingerprint:
+    """The system's code as file digests, and one digest over them (and the callable named)."""
+
+    digest: str
+    files: dict[str, str] = field(default_factory=dict)
+
+    def changes_since(self, earlier: dict[str, str] | None) -> list[str]:
+        """The files added, removed or edited since `earlier` (None: nothing is known of it)."""
+        if earlier is None:
+            return []
+        names = sorted(set(earlier) | set(self.files))
+        return [name for name in names if earlier.get(name) != self.files.get(name)]
+
+
+def callable_module_file(project: Project) -> Path:
+    """The file `system.callable`'s module is imported from (as `model/modules.py` finds it)."""
+    module_name = project.config.system.callable.partition(":")[0]
+    return project.root.joinpath(*module_name.split(".")).with_suffix(".py")
+
+
+def system_code_files(project: Project) -> list[Path]:
+    """The callable's module, then every file under each `system.code_paths` entry."""
+    where = f"{project.root / PROJECT_FILE}: system"
+    module = callable_module_file(project)
+    if not module.is_file():
+        raise ProjectError(f"{where}.callable: no module file {module}")
+    files = [module]
+    for index, entry in enumerate(project.config.system.code_paths):
+        path = (project.root / entry) if not Path(entry).is_absolute() else Path(entry)
+        if not path.exists():
+            raise ProjectError(f"{where}.code_paths[{index}]: no file or folder {path}")
+        files.extend(found for found in files_under(path) if found not in files)
+    return files
+
+
+def system_code_fingerprint(project: Project) -> CodeFingerprint:
+    """A digest of the system's code, computed from file contents without importing it."""
+    files = {relative_name(path, project.root): file_digest(path) for path in system_code_files(project)}
+    files[PIPELINE_ENTRY] = __version__
+    body = {"callable": project.config.system.callable, "files": files}
+    return CodeFingerprint(digest=digest(SYSTEM_CODE_TAG, body), files=files)
+
+
+# -- evaluators ------------------------------------------------------------------------------
+
+
+def evaluator_digest(config: dict[str, Any], code_files: Iterable[Path], project_root: Path) -> str:
+    """An evaluator's configuration, the source of its code and of any project module it runs
+    (a python grader's), and the pipeline's version: a change to any re-judges its verdicts."""
+    code = {relative_name(path, project_root): file_digest(path) for path in code_files if path.is_file()}
+    return digest(EVALUATOR_TAG, {"config": config, "code": code, "pipeline": __version__})
+
+
+# -- keys ------------------------------------------------------------------------------------
+
+
+def row_key(*parts: Any) -> str:
+    """A short key joining `parts` (text or None): what one row's cache entry is made of.
+    128 bits: no two rows of one project ever meet by chance."""
+    text = "\x1f".join("\x00" if part is None else str(part) for part in parts)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+
+
+def frame_digest(tag: str, frame: pd.DataFrame | None, extra: Any = None) -> str:
+    """A digest of a table's values (its columns as given), of `extra` (plain JSON) and of the
+    pipeline's version: whether a stage's inputs changed, without comparing them row by row."""
+    hashed = hashlib.sha256((tag + "\x00" + canonical_json({"extra": extra, "pipeline": __version__})).encode("utf-8"))
+    if frame is not None:
+        hashed.update(canonical_json([str(column) for column in frame.columns]).encode("utf-8"))
+        hashed.update(str(len(frame)).encode("utf-8"))
+        if len(frame):
+            values = pd.util.hash_pandas_object(frame.astype(object).where(frame.notna(), None), index=False)
+            hashed.update(values.to_numpy().tobytes())
+    return "sha256:" + hashed.hexdigest()

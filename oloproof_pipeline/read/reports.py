@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import html
 import json
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
+
+import pandas as pd
 
 from ..model.outcomes import FAIL, MISSING, PASS
 from .results import VersionResults, compared_paths, scripted_events, tool_calls
+from ..model.fingerprints import frame_digest
 from ..store.layout import reports_dir
 from ..store.tables import rows_from_frame
 
@@ -177,26 +181,94 @@ def _case_section(panel: CasePanel) -> str:
     return "".join(parts)
 
 
-def html_report(results: VersionResults, project_name: str) -> str:
-    panels = [case_panel(results, case["case_id"]) for case in results.cases]
-    failing = [panel for panel in panels if panel is not None and panel.failing]
-    index = " ".join(f'<a href="#case-{_text(panel.case_id)}">{_text(panel.case_id)}</a>' for panel in failing)
-    return (
-        f"<!doctype html><html><head><meta charset='utf-8'><title>{_text(project_name)} {_text(results.version)}</title>"
+# The report's inputs digest sits in its <head>: a rerun whose inputs are the same keeps the file.
+INPUTS_META = "oloproof-inputs"
+
+
+def report_parts(results: VersionResults, project_name: str, inputs_digest: str | None = None) -> Iterator[str]:
+    """The report, a piece at a time: one case's panel is built (and its rows decoded) only
+    while its section is written, so a large suite is never held as panels or as one string."""
+    failing = results.failing_case_ids()
+    index = " ".join(f'<a href="#case-{_text(case_id)}">{_text(case_id)}</a>' for case_id in results.case_ids if case_id in failing)
+    meta = f'<meta name="{INPUTS_META}" content="{_text(inputs_digest)}">' if inputs_digest else ""
+    yield (
+        f"<!doctype html><html><head><meta charset='utf-8'>{meta}<title>{_text(project_name)} {_text(results.version)}</title>"
         f"<style>{STYLE}</style></head><body>"
         f"<h1>{_text(project_name)}: version {_text(results.version)}</h1>"
-        + _gate_section(results)
-        + _slices_section(results)
-        + f"<h2>Cases</h2><p>With a FAIL or MISSING verdict: {index or 'none'}</p>"
-        + '<p><input id="search" type="search" placeholder="Filter cases by any text"></p>'
-        + "".join(_case_section(panel) for panel in panels if panel is not None)
-        + f"<script>{SEARCH_SCRIPT}</script></body></html>"
     )
+    yield _gate_section(results)
+    yield _slices_section(results)
+    yield f"<h2>Cases</h2><p>With a FAIL or MISSING verdict: {index or 'none'}</p>"
+    yield '<p><input id="search" type="search" placeholder="Filter cases by any text"></p>'
+    for case_id in results.case_ids:
+        panel = case_panel(results, case_id)
+        if panel is not None:
+            yield _case_section(panel)
+    yield f"<script>{SEARCH_SCRIPT}</script></body></html>"
 
 
-def write_html_report(project_root: Path, results: VersionResults, project_name: str, path: Path | None = None) -> Path:
-    """One self-contained HTML file: no network is needed to view it."""
-    path = path or reports_dir(project_root) / f"report-{results.version}.html"
+def html_report(results: VersionResults, project_name: str) -> str:
+    return "".join(report_parts(results, project_name))
+
+
+def report_path(project_root: Path, version: str) -> Path:
+    return reports_dir(project_root) / f"report-{version}.html"
+
+
+def write_html_report(
+    project_root: Path, results: VersionResults, project_name: str, path: Path | None = None, inputs_digest: str | None = None
+) -> Path:
+    """One self-contained HTML file: no network is needed to view it. Written beside the
+    target and renamed, so a reader never sees half a report."""
+    path = path or report_path(project_root, results.version)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(html_report(results, project_name), encoding="utf-8")
+    partial = path.with_name(f"{path.name}.{uuid.uuid4().hex}.partial")
+    with partial.open("w", encoding="utf-8") as handle:
+        for part in report_parts(results, project_name, inputs_digest):
+            handle.write(part)
+    partial.replace(path)
     return path
+
+
+# -- reuse ---------------------------------------------------------------------------------
+
+# What a report shows of each table, by the columns that decide it: a verdict's key (and the
+# run that judged it) stands for its details, a recording's key for its output and trajectory.
+REPORTED_VERDICT_COLUMNS = [
+    "case_id", "criterion", "outcome", "reason", "inputs_key", "recorded_by_run", "replayed_by_run", "judged_by_run",
+]
+REPORTED_CASE_COLUMNS = ["case_id", "case_digest"]
+REPORTED_RUN_COLUMNS = ["case_id", "recording_key", "recorded_by_run", "status"]
+REPORT_FORMAT = 1  # bump when the HTML changes, so stored reports are written again
+
+
+def report_inputs_digest(
+    project_name: str,
+    version: str,
+    *,
+    cases: pd.DataFrame,
+    runs: pd.DataFrame | None,
+    verdicts: pd.DataFrame,
+    gate: pd.DataFrame | None,
+    slices: pd.DataFrame | None,
+) -> str:
+    """What the report is made from; while it holds, the report already written is kept."""
+    parts = {
+        "project": project_name,
+        "version": version,
+        "format": REPORT_FORMAT,
+        "cases": frame_digest("report.cases", cases[REPORTED_CASE_COLUMNS]),
+        "runs": frame_digest("report.runs", None if runs is None else runs[REPORTED_RUN_COLUMNS]),
+        "gate": frame_digest("report.gate", gate),
+        "slices": frame_digest("report.slices", slices),
+    }
+    return frame_digest("report/v1", verdicts[REPORTED_VERDICT_COLUMNS], parts)
+
+
+def report_is_current(path: Path, inputs_digest: str) -> bool:
+    """Whether the report at `path` was written from these inputs (its head says so)."""
+    if not path.is_file():
+        return False
+    with path.open(encoding="utf-8", errors="replace") as handle:
+        head = handle.read(4096)
+    return f'<meta name="{INPUTS_META}" content="{_text(inputs_digest)}">' in head

@@ -3,46 +3,113 @@
 from __future__ import annotations
 
 from collections import Counter
-
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from ..model.errors import ProjectError
-from ..model.outcomes import OUTCOMES
+from ..model.outcomes import FAIL, MISSING, OUTCOMES
 from ..store.layout import read_table, stored_partitions
-from ..store.tables import CASE_NESTED, GATE_NESTED, RUN_NESTED, VERDICT_NESTED, rows_from_frame
+from ..store.tables import (
+    CASE_NESTED,
+    CASES_SCHEMA,
+    GATE_NESTED,
+    RUN_NESTED,
+    VERDICT_NESTED,
+    from_json_text,
+    null_to_none,
+    rows_from_frame,
+)
 
 
 @dataclass
 class VersionResults:
-    """Plain rows by table, for one system version."""
+    """One system version's stored tables, kept as read (columnar, JSON as text), with each
+    table indexed by case once; a case's rows are decoded only when asked for. Cases are the
+    sources, then the copies."""
 
     version: str
-    cases: list[dict[str, Any]]
-    recorded_runs: list[dict[str, Any]]
-    verdicts: list[dict[str, Any]]
-    gate: list[dict[str, Any]]
+    case_table: pd.DataFrame
+    run_table: pd.DataFrame | None
+    verdict_table: pd.DataFrame
+    gate_table: pd.DataFrame | None
     slices: pd.DataFrame | None
+    _case_at: dict[str, int] = field(init=False, repr=False)
+    _run_at: dict[str, int] = field(init=False, repr=False)
+    _verdicts_at: dict[str, Any] = field(init=False, repr=False)
+    _columns: dict[tuple[int, str], list[Any]] = field(init=False, repr=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._case_at = {case_id: position for position, case_id in enumerate(self.case_table["case_id"])}
+        runs = self.run_table
+        self._run_at = {} if runs is None else {case_id: position for position, case_id in enumerate(runs["case_id"])}
+        verdicts = self.verdict_table
+        self._verdicts_at = {} if verdicts.empty else verdicts.groupby("case_id", sort=False).indices
+
+    def _row(self, frame: pd.DataFrame, position: int, nested: tuple[str, ...]) -> dict[str, Any]:
+        """One row as plain data, JSON text parsed (each column is turned into a list once)."""
+        row = {}
+        for name in frame.columns:
+            key = (id(frame), name)
+            if key not in self._columns:
+                self._columns[key] = null_to_none(frame[name])
+            value = self._columns[key][position]
+            row[name] = from_json_text(value) if name in nested else value
+        return row
+
+    @property
+    def case_ids(self) -> list[str]:
+        return list(self._case_at)
 
     def case(self, case_id: str) -> dict[str, Any] | None:
-        return next((case for case in self.cases if case["case_id"] == case_id), None)
+        position = self._case_at.get(case_id)
+        return None if position is None else self._row(self.case_table, position, CASE_NESTED)
 
     def recording(self, case_id: str) -> dict[str, Any] | None:
-        return next((run for run in self.recorded_runs if run["case_id"] == case_id), None)
+        position = self._run_at.get(case_id)
+        return None if position is None or self.run_table is None else self._row(self.run_table, position, RUN_NESTED)
 
     def verdicts_of(self, case_id: str) -> list[dict[str, Any]]:
-        return [verdict for verdict in self.verdicts if verdict["case_id"] == case_id]
+        positions = self._verdicts_at.get(case_id, ())
+        return [self._row(self.verdict_table, int(position), VERDICT_NESTED) for position in positions]
+
+    @property
+    def cases(self) -> list[dict[str, Any]]:
+        return [self._row(self.case_table, position, CASE_NESTED) for position in range(len(self.case_table))]
+
+    @property
+    def recorded_runs(self) -> list[dict[str, Any]]:
+        return _rows(self.run_table, RUN_NESTED)
+
+    @property
+    def verdicts(self) -> list[dict[str, Any]]:
+        return rows_from_frame(self.verdict_table, VERDICT_NESTED)
+
+    @property
+    def gate(self) -> list[dict[str, Any]]:
+        return _rows(self.gate_table, GATE_NESTED)
 
     @property
     def gate_decision(self) -> str | None:
-        return self.gate[0]["gate_decision"] if self.gate else None
+        gate = self.gate_table
+        return None if gate is None or gate.empty else gate["gate_decision"].iloc[0]
+
+    def failing_case_ids(self) -> set[str]:
+        """Cases with a FAIL or MISSING verdict (from the outcome column alone)."""
+        verdicts = self.verdict_table
+        return set(verdicts.loc[verdicts["outcome"].isin([FAIL, MISSING]), "case_id"])
 
 
 def _rows(frame: pd.DataFrame | None, nested: tuple[str, ...]) -> list[dict[str, Any]]:
     return [] if frame is None else rows_from_frame(frame, nested)
+
+
+def all_cases(cases: pd.DataFrame | None, derived_cases: pd.DataFrame | None) -> pd.DataFrame:
+    """The sources, then the copies, in the `cases` table's columns."""
+    frames = [frame.reindex(columns=CASES_SCHEMA.names) for frame in (cases, derived_cases) if frame is not None and not frame.empty]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=CASES_SCHEMA.names)
 
 
 def results_from_tables(
@@ -57,10 +124,10 @@ def results_from_tables(
 ) -> VersionResults:
     return VersionResults(
         version=version,
-        cases=_rows(cases, CASE_NESTED) + _rows(derived_cases, CASE_NESTED),
-        recorded_runs=_rows(recorded_runs, RUN_NESTED),
-        verdicts=rows_from_frame(verdicts, VERDICT_NESTED),
-        gate=_rows(gate, GATE_NESTED),
+        case_table=all_cases(cases, derived_cases),
+        run_table=recorded_runs,
+        verdict_table=verdicts,
+        gate_table=gate,
         slices=slices,
     )
 

@@ -1,28 +1,46 @@
 """Recording: each case run once on the system under test, journalled as it finishes, and
-reused while its case digest and the system version are unchanged.
+reused while its case digest, the system version and the system's code are unchanged.
 
-Only what is left to record needs the system: a version whose system is gone still
-re-grades from its stored recordings.
+The stored recordings are compared by their key columns only (no trajectory is read or
+parsed to find out that nothing changed), and only the cases left to record become models.
+Only what is left to record needs the system: a version whose system is gone still re-grades
+from its stored recordings.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
+
+import pandas as pd
 
 from ..model.cases import CaseRecord
 from ..model.config import Project
 from ..model.errors import SystemVersionMismatch
+from ..model.fingerprints import CodeFingerprint, row_key, system_code_fingerprint
 from ..model.records import RecordedRun
 from ..store.journal import Journal, sandbox_lock
-from ..store.layout import read_table
-from ..store.tables import runs_from_table
-from .reuse import WorkCounts, reusable
+from ..store.layout import table_path
+from ..store.tables import (
+    CASE_NESTED,
+    CASES_SCHEMA,
+    RECORDED_RUNS_SCHEMA,
+    RUN_NESTED,
+    RowBatches,
+    StoredTable,
+    case_table,
+    runs_from_table,
+)
+from .reuse import WorkCounts, known_work, settle_journal, stored_keys, unstored_journal_rows
 from .sandboxes import Sandboxes, record_each
 from .system import current_system_version, system_spec
 
-
 TABLE = "recorded_runs"
+# A recording is one case digest recorded by one run: its identity in the table and journal.
+KEY_COLUMNS = ["case_digest", "recorded_by_run"]
+OK = "ok"
+RECORDED, RERECORDED = "recorded", "re-recorded"
 
 
 @dataclass
@@ -32,7 +50,10 @@ class RecordingSummary(WorkCounts):
     dropped: int = 0
 
     def as_metadata(self, prefix: str = "cases") -> dict[str, int]:
-        return super().as_metadata(prefix)
+        return {**super().as_metadata(prefix), f"{prefix}_dropped": self.dropped}
+
+    def reasons(self, noun: str = "case") -> list[str]:
+        return super().reasons(noun)
 
 
 def check_partition_is_current_version(project: Project, partition_version: str, action: str = "record") -> None:
@@ -46,16 +67,168 @@ def check_partition_is_current_version(project: Project, partition_version: str,
         )
 
 
-def reusable_runs(stored: list[RecordedRun], journal: Journal, version: str) -> dict[str, RecordedRun]:
-    """Finished recordings of this version by case digest: the stored table, then the journal
-    of a run that may have been cut short. Only clean recordings are reused."""
-    return reusable(
-        stored,
-        journal,
-        RecordedRun,
-        key=lambda run: run.case_digest,
-        keep=lambda run: run.status == "ok" and run.system_version == version,
-    )
+def recording_key(case_digest: str, version: str, code_fingerprint: str | None, run_id: str | None, status: str) -> str:
+    """What verdicts and replays of a recording are keyed by: a new recording is a new key."""
+    return row_key("recording", case_digest, version, code_fingerprint, run_id, status)
+
+
+def recording_row(run: RecordedRun, code: CodeFingerprint) -> dict[str, Any]:
+    """A finished recording as a table (and journal) row, with the code that made it."""
+    return {
+        **run.model_dump(mode="json"),
+        "code_fingerprint": code.digest,
+        "code_files": code.files,
+        "recording_key": recording_key(run.case_digest, run.system_version, code.digest, run.recorded_by_run, run.status),
+    }
+
+
+# -- what is left to record --------------------------------------------------------------------
+
+
+@dataclass
+class RecordingPlan:
+    """Per case (by position in the case table): the known recording it reuses, or why it is
+    recorded now."""
+
+    reuse: pd.Series  # case position -> row of `known` (NaN: record it)
+    known: pd.DataFrame
+    to_record: list[int]
+
+
+def known_recordings(project: Project, version: str, journal: Journal, stored: pd.DataFrame | None, digests: set[str]) -> pd.DataFrame:
+    """The stored recordings, then the journal's lines the table does not hold yet (a run cut
+    short). A journal wholly in the table is emptied, so the next rerun does not read it."""
+    keys = stored_keys(stored, KEY_COLUMNS)
+    journaled = unstored_journal_rows(journal, keys, KEY_COLUMNS)
+    if not journaled:
+        settle_journal(project.root, journal, keys, KEY_COLUMNS, wanted=lambda row: row.get("case_digest") in digests)
+    return known_work(stored, journaled, RECORDED_RUNS_SCHEMA, RUN_NESTED)
+
+
+def plan_recordings(cases: pd.DataFrame, known: pd.DataFrame, version: str, code: CodeFingerprint, fresh: bool) -> RecordingPlan:
+    """Reuse a known clean recording of the same case digest, version and code; else record."""
+    usable = known[(known["status"] == OK) & (known["system_version"] == version) & (known["code_fingerprint"] == code.digest)]
+    latest = usable.drop_duplicates("case_digest", keep="last")
+    reuse = cases["case_digest"].map(pd.Series(latest.index, index=latest["case_digest"]))
+    if fresh:
+        reuse[:] = float("nan")
+    to_record = [int(position) for position in reuse.index[reuse.isna()]]
+    return RecordingPlan(reuse=reuse, known=known, to_record=to_record)
+
+
+def why_recorded(cases: pd.DataFrame, plan: RecordingPlan, code: CodeFingerprint, fresh: bool, summary: RecordingSummary) -> None:
+    """Name, per case recorded now, why no stored recording of it could be reused."""
+    if fresh:
+        summary.because(RERECORDED, "--fresh asked for every case", len(plan.to_record))
+        return
+    last = plan.known.drop_duplicates("case_digest", keep="last")[["case_digest", "status", "code_fingerprint", "code_files"]]
+    todo = cases.iloc[plan.to_record].merge(last, on="case_digest", how="left", indicator="found")
+    known_ids = set(plan.known["case_id"])
+    changes: dict[Any, str] = {}
+    for case in todo.itertuples(index=False):
+        if case.found == "left_only":
+            summary.because(RECORDED, "case changed" if case.case_id in known_ids else "new case")
+        elif case.status != OK:
+            summary.because(RERECORDED, f"the last recording ended {case.status}")
+        elif case.code_fingerprint != code.digest:
+            if case.code_files not in changes:
+                changes[case.code_files] = code_change(code, case.code_files)
+            summary.because(RERECORDED, changes[case.code_files])
+        else:
+            summary.because(RERECORDED, "recorded under another version")
+
+
+def code_change(code: CodeFingerprint, stored_files: str | None) -> str:
+    """`system code changed (app.py)`: the files whose content differs from the recording's."""
+    if stored_files is None:
+        return "system code changed (no code fingerprint stored with the recording)"
+    changed = code.changes_since(json.loads(stored_files))
+    shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
+    return f"system code changed ({shown})" if changed else "system code changed"
+
+
+# -- recording ----------------------------------------------------------------------------------
+
+
+def record_case_table(
+    project: Project,
+    cases: StoredTable,
+    *,
+    version: str,
+    run_id: str,
+    fresh: bool = False,
+    on_recorded: Callable[[RecordedRun], None] | None = None,
+    sandboxes: Sandboxes | None = None,
+) -> tuple[pd.DataFrame, RecordingSummary]:
+    """The `recorded_runs` table for `cases` (sources then copies): every case not already
+    recorded for this version and code is recorded now (all of them when `fresh`).
+
+    Each recording is journalled as it finishes, so a run killed part-way loses nothing.
+    With distributed `sandboxes` the cases spread over Dask workers (see sandboxes.py).
+    The system is imported, and must be this partition's version, only when something is
+    left to record: a version whose system is gone still re-grades from its recordings.
+    """
+    code = system_code_fingerprint(project)
+    journal = Journal.for_partition(project.root, TABLE, version)
+    if fresh:
+        journal.clear()
+    keys = cases.columns("case_id", "case_digest")
+    stored_table = StoredTable(table_path(project.root, TABLE, version))
+    stored = stored_table.whole(RECORDED_RUNS_SCHEMA) if stored_table.exists else None
+    digests = set(keys["case_digest"])
+    known = known_recordings(project, version, journal, stored, digests)
+    plan = plan_recordings(keys, known, version, code, fresh)
+    summary = RecordingSummary()
+    new_rows = RowBatches(RECORDED_RUNS_SCHEMA, RUN_NESTED)
+    if plan.to_record:
+        check_partition_is_current_version(project, version)
+        with sandbox_lock(project.root):
+            if not fresh:  # a run that held the sandbox before us may have recorded some already
+                journaled = unstored_journal_rows(journal, stored_keys(stored, KEY_COLUMNS), KEY_COLUMNS)
+                known = known_work(stored, journaled, RECORDED_RUNS_SCHEMA, RUN_NESTED)
+                plan = plan_recordings(keys, known, version, code, fresh)
+            why_recorded(keys, plan, code, fresh, summary)
+            to_record = case_records(cases, plan.to_record)
+            recordings = record_each(
+                system_spec(project), to_record, version=version,
+                timeout_s=project.config.execution.timeout_s, sandboxes=sandboxes,
+            )
+            for run in recordings:
+                run.recorded_by_run = run_id
+                row = recording_row(run, code)
+                journal.append(row)
+                new_rows.add(row)
+                summary.failed += run.status != OK
+                if on_recorded is not None:
+                    on_recorded(run)
+    frame = recorded_table(keys, plan, new_rows.frame())
+    summary.new = new_rows.count
+    summary.reused = len(keys) - new_rows.count
+    summary.dropped = len(set(stored["case_id"]) - set(keys["case_id"])) if stored is not None else 0
+    return frame, summary
+
+
+def case_records(cases: StoredTable, positions: list[int]) -> list[CaseRecord]:
+    """The cases at `positions`, as models (only these are ever parsed)."""
+    rows = cases.rows(positions, CASES_SCHEMA.names, CASE_NESTED)
+    return [CaseRecord.model_validate(row) for row in rows]
+
+
+def recorded_table(keys: pd.DataFrame, plan: RecordingPlan, new: pd.DataFrame) -> pd.DataFrame:
+    """One row per case, in case order: its new recording, or the stored one it reuses, filed
+    under this case's id (two cases may share a digest, e.g. identical rows, and each needs
+    its own row)."""
+    reused_positions = plan.reuse.dropna()
+    reused = plan.known.loc[reused_positions.astype(int).to_numpy()].reset_index(drop=True)
+    reused["case_id"] = keys["case_id"].iloc[reused_positions.index].to_numpy()
+    reused["_order"] = reused_positions.index.to_numpy()
+    by_id = dict(zip(keys["case_id"], keys.index))
+    new = new.assign(_order=new["case_id"].map(by_id).to_numpy())
+    frames = [frame for frame in (reused, new) if not frame.empty]
+    if not frames:
+        return new.drop(columns="_order")
+    combined = pd.concat(frames, ignore_index=True).sort_values("_order", kind="stable")
+    return combined.drop(columns="_order").reset_index(drop=True)[RECORDED_RUNS_SCHEMA.names]
 
 
 def record_cases(
@@ -68,51 +241,10 @@ def record_cases(
     on_recorded: Callable[[RecordedRun], None] | None = None,
     sandboxes: Sandboxes | None = None,
 ) -> tuple[list[RecordedRun], RecordingSummary]:
-    """Record every case not already recorded for this version (all of them when `fresh`).
-
-    Each recording is journalled as it finishes, so a run killed part-way loses nothing.
-    With distributed `sandboxes` the cases spread over Dask workers (see sandboxes.py).
-    The system is imported, and must be this partition's version, only when something is
-    left to record: a version whose system is gone still re-grades from its recordings.
-    """
-    journal = Journal.for_partition(project.root, TABLE, version)
-    if fresh:
-        journal.clear()
-    stored = runs_from_table(read_table(project.root, TABLE, version))
-    reusable = {} if fresh else reusable_runs(stored, journal, version)
-    previous_ids = {run.case_id for run in stored}
-    to_record = [case for case in cases if case.case_digest not in reusable]
-
-    new_runs: dict[str, RecordedRun] = {}
-    if to_record:
-        check_partition_is_current_version(project, version)
-        with sandbox_lock(project.root):
-            if not fresh:  # a run that held the sandbox before us may have recorded some already
-                reusable = reusable_runs(stored, journal, version)
-                to_record = [case for case in cases if case.case_digest not in reusable]
-            recordings = record_each(
-                system_spec(project), to_record, version=version,
-                timeout_s=project.config.execution.timeout_s, sandboxes=sandboxes,
-            )
-            for run in recordings:
-                run.recorded_by_run = run_id
-                journal.append(run.model_dump(mode="json"))
-                new_runs[run.case_id] = run
-                if on_recorded is not None:
-                    on_recorded(run)
-    runs = [new_runs.get(case.case_id) or reused_for(case, reusable) for case in cases]
-    summary = RecordingSummary(
-        new=len(new_runs),
-        reused=len(cases) - len(new_runs),
-        dropped=len(previous_ids - {case.case_id for case in cases}),
-        failed=sum(run.status != "ok" for run in new_runs.values()),
+    """`record_case_table` for cases in hand, as models (for scripts and tests)."""
+    frame, summary = record_case_table(
+        project, StoredTable.of(case_table(cases)), version=version, run_id=run_id, fresh=fresh,
+        on_recorded=on_recorded, sandboxes=sandboxes,
     )
-    return runs, summary
-
-
-def reused_for(case: CaseRecord, reusable: dict[str, RecordedRun]) -> RecordedRun:
-    """A stored recording of the same digest, filed under this case's id (two cases may
-    share a digest, e.g. identical rows, and each needs its own row)."""
-    return reusable[case.case_digest].model_copy(update={"case_id": case.case_id})
-
+    return runs_from_table(frame), summary
 

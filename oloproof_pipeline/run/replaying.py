@@ -5,7 +5,9 @@ call of `tool` in the recording. Each case is replayed twice from the latest che
 that call: a control replay with no change, which must reproduce the recording before anything
 is believed, and the faulted replay. Judging a replay is a pure function of the recording, the
 plan and the two stored replays (`evaluators/fault_recovery.py`), so `verdicts` (or a re-grade
-without the system) recomputes it. Planning, running and journalling mirror `recording.py`.
+without the system) recomputes it. Planning, running and journalling mirror `recording.py`:
+stored rows are matched by their key columns (case digest, plan, recording), and only the
+cases left to replay (or to judge anew) become models.
 """
 
 from __future__ import annotations
@@ -21,19 +23,37 @@ from ..model.cases import CaseRecord
 from ..model.config import PROJECT_FILE, Project
 from ..model.errors import ProjectError
 from ..model.faults import FaultPlan, FaultReplay, checkpoint_before
+from ..model.fingerprints import row_key
 from ..model.outcomes import MISSING
 from ..model.records import RecordedRun
 from ..model.trajectory import Checkpoint
 from ..store.journal import Journal, sandbox_lock
-from ..store.layout import read_table
-from ..store.tables import fault_replays_table, replays_from_table
+from ..store.layout import table_path
+from ..store.tables import (
+    CASE_NESTED,
+    CASES_SCHEMA,
+    FAULT_REPLAY_NESTED,
+    FAULT_REPLAYS_SCHEMA,
+    RECORDED_RUNS_SCHEMA,
+    RUN_NESTED,
+    RowBatches,
+    StoredTable,
+    case_table,
+    recorded_runs_table,
+)
+from .. import __version__
 from .recording import check_partition_is_current_version
-from .reuse import WorkCounts, reusable
+from .reuse import WorkCounts, known_work, settle_journal, stored_keys, unstored_journal_rows
 from .runner import SandboxRunner, can_replay
 from .sandboxes import Sandboxes, in_sandboxes
 from .system import system_spec
 
 TABLE = "fault_replays"
+# A replay is one case digest, under one plan, of one recording: the cache key.
+CACHE_COLUMNS = ["case_digest", "plan_digest", "recorded_by_run"]
+# A row of the table (or journal): that replay, run by one run (none: decided without one).
+ROW_COLUMNS = [*CACHE_COLUMNS, "replayed_by_run"]
+REPLAYED, REPLAYED_AGAIN = "replayed", "replayed again"
 
 
 def fault_plans(project: Project) -> list[tuple[int, FaultPlan]]:
@@ -45,6 +65,12 @@ def cache_key(case_digest: str, plan: FaultPlan, recorded_by_run: str | None) ->
     return case_digest, plan.digest, recorded_by_run
 
 
+def judging_digest(plan: FaultPlan) -> str:
+    """The whole plan a stored outcome was judged under, and the judge's version: when the
+    escalation tools change, stored replays are judged again (not replayed)."""
+    return row_key("fault_judging", plan.model_dump_json(), __version__)
+
+
 @dataclass
 class ReplaySummary(WorkCounts):
     """Replays run now, reused, failed, and not needed."""
@@ -53,7 +79,10 @@ class ReplaySummary(WorkCounts):
     skipped: int = 0
 
     def as_metadata(self, prefix: str = "replays") -> dict[str, int]:
-        return super().as_metadata(prefix)
+        return {**super().as_metadata(prefix), f"{prefix}_skipped": self.skipped}
+
+    def reasons(self, noun: str = "replay") -> list[str]:
+        return super().reasons(noun)
 
 
 @dataclass
@@ -64,33 +93,26 @@ class PendingReplay:
     plan: FaultPlan
     call_index: int
     checkpoint: Checkpoint
+    # The row of the plan's candidates (source case and plan) this replay fills.
+    position: int = -1
 
 
 @dataclass
 class ReplayWork:
-    """What one materialization finds: rows already decided (reused or nothing to replay) and
-    the replays still to run, in case and plan order."""
+    """What one materialization finds, per candidate (a clean source recording under a plan,
+    in case and plan order): a known row it reuses, a row decided now (judged anew, nothing to
+    replay, or replayed), or a replay still to run."""
 
-    order: list[tuple[str, str]] = field(default_factory=list)
-    done: dict[tuple[str, str], FaultReplay] = field(default_factory=dict)
+    candidates: pd.DataFrame = field(default_factory=pd.DataFrame)
+    known: pd.DataFrame = field(default_factory=pd.DataFrame)
+    reuse: pd.Series = field(default_factory=lambda: pd.Series(dtype=float))
+    decided: dict[int, FaultReplay] = field(default_factory=dict)
     pending: list[PendingReplay] = field(default_factory=list)
     summary: ReplaySummary = field(default_factory=ReplaySummary)
 
 
 def journal_for(project: Project, version: str) -> Journal:
     return Journal.for_partition(project.root, TABLE, version)
-
-
-def reusable_replays(project: Project, version: str) -> dict[tuple[str, str, str | None], FaultReplay]:
-    """Completed replays of this version by cache key: the stored table, then the journal of a
-    run that may have been cut short."""
-    return reusable(
-        replays_from_table(read_table(project.root, TABLE, version)),
-        journal_for(project, version),
-        FaultReplay,
-        key=lambda replay: (replay.case_digest, replay.plan_digest, replay.recorded_by_run),
-        keep=lambda replay: replay.completed and replay.system_version == version,
-    )
 
 
 def base_row(case: CaseRecord, recording: RecordedRun, plan: FaultPlan, version: str) -> dict[str, Any]:
@@ -112,37 +134,138 @@ def judged(replay: FaultReplay, recording: RecordedRun, plan: FaultPlan) -> Faul
     return replay.model_copy(update=judgement.model_dump())
 
 
-def plan_replays(project: Project, cases: list[CaseRecord], runs: list[RecordedRun], version: str) -> ReplayWork:
-    """Source cases with a clean recording, under each fault plan: reuse what is stored,
-    decide what needs no replay, and list the rest."""
-    work = ReplayWork()
+# -- what is left to replay ---------------------------------------------------------------------
+
+
+def replay_candidates(cases: StoredTable, runs: StoredTable, plans: list[tuple[int, FaultPlan]]) -> pd.DataFrame:
+    """One row per clean source recording and plan, in case and plan order, with its keys."""
+    keys = cases.columns("case_id", "source_id")
+    recordings = runs.columns("case_id", "case_digest", "status", "recorded_by_run")
+    recordings["run_position"] = recordings.index
+    sources = keys[keys["source_id"].isna()].reset_index().rename(columns={"index": "case_position"})
+    clean = sources.merge(recordings[recordings["status"] == "ok"], on="case_id", how="inner")
+    frames = [
+        clean.assign(plan_position=position, plan_index=index, criterion=plan.criterion, plan_digest=plan.digest,
+                     judging_digest=judging_digest(plan))
+        for position, (index, plan) in enumerate(plans)
+    ]
+    if not frames or clean.empty:
+        return pd.DataFrame(columns=[*clean.columns, "plan_position", "plan_index", "criterion", "plan_digest", "judging_digest"])
+    return pd.concat(frames, ignore_index=True).sort_values(["case_position", "plan_position"], kind="stable").reset_index(drop=True)
+
+
+def known_replays(project: Project, version: str, digests: set[str]) -> pd.DataFrame:
+    """The stored replays, then the journal's lines the table does not hold (a run cut short).
+    A journal wholly in the table is emptied, so the next rerun does not read it."""
+    journal = journal_for(project, version)
+    stored_table = StoredTable(table_path(project.root, TABLE, version))
+    stored = stored_table.whole(FAULT_REPLAYS_SCHEMA) if stored_table.exists else None
+    keys = stored_keys(stored, ROW_COLUMNS)
+    journaled = unstored_journal_rows(journal, keys, ROW_COLUMNS)
+    if not journaled:
+        settle_journal(project.root, journal, keys, ROW_COLUMNS, wanted=lambda row: row.get("case_digest") in digests)
+    return known_work(stored, journaled, FAULT_REPLAYS_SCHEMA, FAULT_REPLAY_NESTED)
+
+
+def reusable_rows(candidates: pd.DataFrame, known: pd.DataFrame, version: str) -> pd.Series:
+    """Per candidate, the known row it reuses (NaN: none): the same case digest, plan and
+    recording, replayed to the end (or decided with no replay at all)."""
+    finished = (known["control_status"] == "ok") & (known["faulted_status"] == "ok")
+    usable = known[(known["system_version"] == version) & (finished | known["replayed_by_run"].isna())]
+    latest = usable.drop_duplicates(CACHE_COLUMNS, keep="last")
+    index = pd.Series(latest.index, index=pd.MultiIndex.from_frame(latest[CACHE_COLUMNS]))
+    wanted = pd.MultiIndex.from_frame(candidates[CACHE_COLUMNS])
+    return pd.Series(index.reindex(wanted).to_numpy(), index=candidates.index, dtype=float)
+
+
+def plan_replays(
+    project: Project, cases: StoredTable, runs: StoredTable, version: str, known: pd.DataFrame | None = None
+) -> ReplayWork:
+    """Clean source recordings, under each fault plan: reuse what is known, judge anew what
+    was judged under another plan, decide what needs no replay, and list the rest."""
     plans = fault_plans(project)
-    if not plans:
-        return work
-    recordings = {run.case_id: run for run in runs}
-    reusable = reusable_replays(project, version)
-    for case in cases:
-        recording = recordings.get(case.case_id)
-        if case.is_derived or recording is None or recording.status != "ok":
+    candidates = replay_candidates(cases, runs, plans)
+    if candidates.empty:
+        return ReplayWork(candidates=candidates)
+    if known is None:
+        known = known_replays(project, version, set(candidates["case_digest"]))
+    work = ReplayWork(candidates=candidates, known=known, reuse=reusable_rows(candidates, known, version))
+    stale_judging = work.reuse.notna() & (
+        known["judging_digest"].reindex(work.reuse.fillna(-1).astype(int)).to_numpy() != candidates["judging_digest"].to_numpy()
+    )
+    untried = work.reuse.isna()
+    to_model = candidates.index[untried | stale_judging]
+    case_models = case_records(cases, candidates.loc[to_model, "case_position"])
+    recordings = run_records(runs, candidates.loc[to_model, "run_position"])
+    plan_of = {index: plan for index, plan in plans}
+    for position in to_model:
+        row = candidates.loc[position]
+        case, recording, plan = case_models[row["case_position"]], recordings[row["run_position"]], plan_of[row["plan_index"]]
+        if stale_judging[position]:
+            stored = replay_record(known.loc[int(work.reuse[position])])
+            work.decided[position] = judged(stored.model_copy(update=base_row(case, recording, plan, version)), recording, plan)
             continue
-        for plan_index, plan in plans:
-            key = (case.case_id, plan.criterion)
-            work.order.append(key)
-            row = base_row(case, recording, plan, version)
-            stored = reusable.get(cache_key(case.case_digest, plan, recording.recorded_by_run))
-            call_index = plan.faulted_call_index(recording.trajectory)
-            checkpoint = checkpoint_before(recording.trajectory, call_index) if call_index is not None else None
-            if stored is not None:
-                work.done[key] = judged(stored.model_copy(update=row), recording, plan)
-                work.summary.reused += 1
-            elif checkpoint is None:
-                # Nothing to replay: the judgement alone says EXCLUDED or MISSING.
-                placeholder = FaultReplay(**row, outcome=MISSING, reason="not_replayed", faulted_call_index=call_index)
-                work.done[key] = judged(placeholder, recording, plan)
-                work.summary.skipped += 1
-            else:
-                work.pending.append(PendingReplay(case, recording, plan_index, plan, call_index, checkpoint))
+        call_index = plan.faulted_call_index(recording.trajectory)
+        checkpoint = checkpoint_before(recording.trajectory, call_index) if call_index is not None else None
+        if checkpoint is None:
+            # Nothing to replay: the judgement alone says EXCLUDED or MISSING.
+            placeholder = FaultReplay(
+                **base_row(case, recording, plan, version), outcome=MISSING, reason="not_replayed", faulted_call_index=call_index
+            )
+            work.decided[position] = judged(placeholder, recording, plan)
+        else:
+            work.pending.append(PendingReplay(case, recording, row["plan_index"], plan, call_index, checkpoint, position))
+    reused = work.reuse.dropna().astype(int)
+    without_replay = known.loc[reused.to_numpy(), "replayed_by_run"].isna().to_numpy()
+    work.summary.skipped = int(without_replay.sum()) + sum(
+        1 for position, replay in work.decided.items() if replay.replayed_by_run is None and untried[position]
+    )
+    work.summary.reused = int((~without_replay).sum())
+    why_replayed(work)
     return work
+
+
+def why_replayed(work: ReplayWork) -> None:
+    """Name, per replay still to run, why no stored replay of it could be reused."""
+    known, summary = work.known, work.summary
+    same_replay = known.drop_duplicates(CACHE_COLUMNS[:2], keep="last").set_index(CACHE_COLUMNS[:2])
+    same_case = set(zip(known["case_id"], known["criterion"]))
+    criteria = set(known["criterion"])
+    for item in work.pending:
+        row = work.candidates.loc[item.position]
+        key = (row["case_digest"], row["plan_digest"])
+        if key in same_replay.index:
+            prior = same_replay.loc[key]
+            if prior["recorded_by_run"] != row["recorded_by_run"]:
+                summary.because(REPLAYED_AGAIN, "recording changed")
+            else:
+                summary.because(REPLAYED_AGAIN, f"the last replay did not finish ({prior['control_status']}, {prior['faulted_status']})")
+        elif (row["case_id"], row["criterion"]) in same_case:
+            summary.because(REPLAYED_AGAIN, "fault plan or case changed")
+        else:
+            summary.because(REPLAYED, "new case" if row["criterion"] in criteria else "new fault plan")
+
+
+def case_records(cases: StoredTable, positions: pd.Series) -> dict[int, CaseRecord]:
+    unique = sorted(set(int(position) for position in positions))
+    rows = cases.rows(unique, CASES_SCHEMA.names, CASE_NESTED)
+    return {position: CaseRecord.model_validate(row) for position, row in zip(unique, rows)}
+
+
+def run_records(runs: StoredTable, positions: pd.Series) -> dict[int, RecordedRun]:
+    unique = sorted(set(int(position) for position in positions))
+    fields = [name for name in RecordedRun.model_fields if name in RECORDED_RUNS_SCHEMA.names]
+    rows = runs.rows(unique, fields, RUN_NESTED)
+    return {position: RecordedRun.model_validate(row) for position, row in zip(unique, rows)}
+
+
+def replay_record(row: pd.Series) -> FaultReplay:
+    fields = [name for name in FaultReplay.model_fields if name in row.index]
+    data = StoredTable.of(row[fields].to_frame().T.reset_index(drop=True)).rows([0], fields, FAULT_REPLAY_NESTED)[0]
+    return FaultReplay.model_validate(data)
+
+
+# -- replaying ----------------------------------------------------------------------------------
 
 
 def refuse_unreplayable(project: Project, system: Any, pending: list[PendingReplay]) -> None:
@@ -188,9 +311,9 @@ def replay_one(runner: SandboxRunner, item: PendingReplay, version: str, run_id:
 
 def run_replays(
     project: Project, work: ReplayWork, *, version: str, run_id: str, sandboxes: Sandboxes | None = None
-) -> list[FaultReplay]:
+) -> pd.DataFrame:
     """Run the pending replays (each kept in the journal as it finishes, spread over Dask's
-    sandboxes when `sandboxes` is distributed); every row, in order."""
+    sandboxes when `sandboxes` is distributed); the whole table, in order."""
     if work.pending:
         spec = system_spec(project)
         refuse_unreplayable(project, spec.build(), work.pending)
@@ -202,11 +325,30 @@ def run_replays(
         for item, replay in replays:
             if isinstance(replay, Exception):
                 replay = worker_failed(item, replay, version, run_id)
-            journal.append(replay.model_dump(mode="json"))
-            work.done[(item.case.case_id, item.plan.criterion)] = replay
+            journal.append({**replay.model_dump(mode="json"), "judging_digest": judging_digest(item.plan)})
+            work.decided[item.position] = replay
             work.summary.new += 1
             work.summary.failed += not replay.completed
-    return [work.done[key] for key in work.order]
+    return replay_table(work)
+
+
+def replay_table(work: ReplayWork) -> pd.DataFrame:
+    """One row per candidate, in order: the known row it reuses (filed under this candidate's
+    case and criterion), or the row decided now."""
+    decided = RowBatches(FAULT_REPLAYS_SCHEMA, FAULT_REPLAY_NESTED)
+    positions = sorted(work.decided)
+    for position in positions:
+        decided.add({**work.decided[position].model_dump(mode="json"), "judging_digest": work.candidates.at[position, "judging_digest"]})
+    frames = [decided.frame().assign(_order=positions)]
+    reused = work.reuse.dropna().astype(int)
+    reused = reused[[position not in work.decided for position in reused.index]]
+    if len(reused):
+        rows = work.known.loc[reused.to_numpy()].reset_index(drop=True)
+        for column in ("case_id", "criterion"):
+            rows[column] = work.candidates.loc[reused.index, column].to_numpy()
+        frames.append(rows.assign(_order=reused.index.to_numpy()))
+    combined = pd.concat([frame for frame in frames if not frame.empty] or frames[:1], ignore_index=True)
+    return combined.sort_values("_order", kind="stable").drop(columns="_order").reset_index(drop=True)[FAULT_REPLAYS_SCHEMA.names]
 
 
 def worker_failed(item: PendingReplay, error: Exception, version: str, run_id: str) -> FaultReplay:
@@ -225,6 +367,28 @@ def worker_failed(item: PendingReplay, error: Exception, version: str, run_id: s
     return judged(replay, item.recording, item.plan)
 
 
+def replay_fault_table(
+    project: Project,
+    cases: StoredTable,
+    runs: StoredTable,
+    *,
+    version: str,
+    run_id: str,
+    sandboxes: Sandboxes | None = None,
+) -> tuple[pd.DataFrame, ReplaySummary]:
+    """Each clean source recording under each fault plan. Stored replays of the same version,
+    recording and plan are reused; the system is needed, and must be this partition's
+    version, only when something is left to replay."""
+    work = plan_replays(project, cases, runs, version)
+    if not work.pending:
+        return run_replays(project, work, version=version, run_id=run_id), work.summary
+    check_partition_is_current_version(project, version, action=f"replay {len(work.pending)} case(s) of")
+    with sandbox_lock(project.root):
+        work = plan_replays(project, cases, runs, version)  # again: a run before us may have replayed some
+        frame = run_replays(project, work, version=version, run_id=run_id, sandboxes=sandboxes)
+    return frame, work.summary
+
+
 def replay_faults(
     project: Project,
     cases: list[CaseRecord],
@@ -234,14 +398,8 @@ def replay_faults(
     run_id: str,
     sandboxes: Sandboxes | None = None,
 ) -> tuple[pd.DataFrame, ReplaySummary]:
-    """Each clean source recording under each fault plan (see `replay.py`). Stored replays of
-    the same version, recording and plan are reused; the system is needed, and must be this
-    partition's version, only when something is left to replay."""
-    work = plan_replays(project, cases, runs, version)
-    if not work.pending:
-        return fault_replays_table(run_replays(project, work, version=version, run_id=run_id)), work.summary
-    check_partition_is_current_version(project, version, action=f"replay {len(work.pending)} case(s) of")
-    with sandbox_lock(project.root):
-        work = plan_replays(project, cases, runs, version)  # again: a run before us may have replayed some
-        replays = run_replays(project, work, version=version, run_id=run_id, sandboxes=sandboxes)
-    return fault_replays_table(replays), work.summary
+    """`replay_fault_table` for cases and recordings in hand, as models (for scripts and tests)."""
+    return replay_fault_table(
+        project, StoredTable.of(case_table(cases)), StoredTable.of(recorded_runs_table(runs)),
+        version=version, run_id=run_id, sandboxes=sandboxes,
+    )

@@ -1,16 +1,23 @@
 """What a materialization can reuse: finished work of this version from the stored table,
-then from the journal of a run that may have been cut short; and the counts it reports."""
+then from the journal of a run that may have been cut short; the counts it reports, and why
+anything was done again."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Callable, Hashable, Iterable, TypeVar
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Hashable, Iterable, TypeVar
 
+import pandas as pd
+import pyarrow as pa
 from pydantic import BaseModel
 
-from ..store.journal import Journal
+from ..store.journal import Journal, sandbox_lock
+from ..store.tables import frame_from_rows
 
 Record = TypeVar("Record", bound=BaseModel)
+Row = dict[str, Any]
 
 
 def reusable(
@@ -23,17 +30,76 @@ def reusable(
 ) -> dict[Hashable, Record]:
     """Finished records by cache key: the stored table first, then the journal (a later line
     replaces an earlier one of the same key); only those `keep` accepts."""
-    journaled = [model.model_validate(row) for row in journal.rows()]
+    fields = set(model.model_fields)
+    journaled = [model.model_validate({name: value for name, value in row.items() if name in fields}) for row in journal.rows()]
     return {key(record): record for record in [*stored, *journaled] if keep(record)}
+
+
+# -- the journal beside a stored table ---------------------------------------------------------
+
+
+def stored_keys(frame: pd.DataFrame | None, columns: list[str]) -> set[tuple]:
+    if frame is None or frame.empty:
+        return set()
+    return set(zip(*(frame[column].tolist() for column in columns)))
+
+
+def row_key_of(row: Row, columns: list[str]) -> tuple:
+    return tuple(row.get(column) for column in columns)
+
+
+def unstored_journal_rows(journal: Journal, stored: set[tuple], key_columns: list[str]) -> list[Row]:
+    """The journal's lines that the stored table does not hold yet: work of a run that was cut
+    short (or is still going), which this one reuses instead of redoing."""
+    return [row for row in journal.rows() if row_key_of(row, key_columns) not in stored]
+
+
+def known_work(stored: pd.DataFrame | None, journaled: list[Row], schema: pa.Schema, nested: Iterable[str]) -> pd.DataFrame:
+    """The stored table, then the journal's own lines (later lines win where keys repeat)."""
+    frames = [frame for frame in (stored, frame_from_rows(journaled, schema, nested) if journaled else None) if frame is not None]
+    if not frames:
+        return frame_from_rows([], schema, nested)
+    known = pd.concat([frame.reindex(columns=schema.names) for frame in frames], ignore_index=True)
+    return known
+
+
+def settle_journal(project_root: Path, journal: Journal, stored: set[tuple], key_columns: list[str], wanted: Callable[[Row], bool]) -> None:
+    """Empty the journal once the stored table holds every line still wanted, so a rerun never
+    reads it again. Journals are appended under the sandbox lock, so they are emptied under it
+    too (after reading them once more): a line a running recording adds is never lost."""
+    if not journal.path.exists():
+        return
+    if any(row_key_of(row, key_columns) not in stored and wanted(row) for row in journal.rows()):
+        return
+    with sandbox_lock(project_root):
+        if not any(row_key_of(row, key_columns) not in stored and wanted(row) for row in journal.rows()):
+            journal.clear()
+
+
+# -- counts and reasons ------------------------------------------------------------------------
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")
 
 
 @dataclass
 class WorkCounts:
-    """Counts for a materialization's metadata: work done now, reused, and failed."""
+    """Counts for a materialization's metadata: work done now, reused, and failed; and why
+    anything was done, as (what was done, why) with how many."""
 
     new: int = 0
     reused: int = 0
     failed: int = 0
+    why: Counter = field(default_factory=Counter)
+
+    def because(self, done: str, reason: str, count: int = 1) -> None:
+        if count:
+            self.why[(done, reason)] += count
+
+    def reasons(self, noun: str) -> list[str]:
+        """One line per reason, most frequent first: `12 cases re-recorded: system code changed (app.py)`."""
+        return [f"{plural(count, noun)} {done}: {reason}" for (done, reason), count in self.why.most_common()]
 
     def as_metadata(self, prefix: str) -> dict[str, int]:
-        return {f"{prefix}_{name}": value for name, value in asdict(self).items()}
+        return {f"{prefix}_{name}": int(getattr(self, name)) for name in ("new", "reused", "failed")}

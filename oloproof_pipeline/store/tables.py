@@ -6,10 +6,12 @@ Nested values are stored as JSON text so every column is a plain Parquet type.
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable
+from pathlib import Path
+from typing import Any, Iterable, TypeVar
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
 from pydantic import BaseModel
 
 from ..model.cases import CaseRecord
@@ -42,6 +44,8 @@ SLICES_SCHEMA = pa.schema(
         ("support", INT), ("estimate", FLOAT), ("lower", FLOAT), ("upper", FLOAT), ("method", TEXT),
         ("whole_estimate", FLOAT), ("p_value", FLOAT), ("differs", BOOL), ("min_slice_support", INT),
         ("system_version", TEXT), ("sliced_by_run", TEXT),
+        # What the slices were computed from: while it holds, a rerun reuses them as they are.
+        ("inputs_digest", TEXT),
     ]
 )
 RECORDED_RUNS_SCHEMA = pa.schema(
@@ -49,6 +53,11 @@ RECORDED_RUNS_SCHEMA = pa.schema(
         ("case_id", TEXT), ("case_digest", TEXT), ("system_version", TEXT), ("status", TEXT), ("error", TEXT),
         ("output", TEXT), ("trajectory", TEXT), ("environment_state", TEXT), ("duration_s", FLOAT),
         ("recorded_by_run", TEXT),
+        # The system's code that made the recording (model/fingerprints.py): the digest, and
+        # each file's digest (JSON), which names the files that changed when it no longer holds.
+        ("code_fingerprint", TEXT), ("code_files", TEXT),
+        # This very recording (case, version, code, run): what verdicts and replays are keyed by.
+        ("recording_key", TEXT),
     ]
 )
 VERDICTS_SCHEMA = pa.schema(
@@ -56,6 +65,9 @@ VERDICTS_SCHEMA = pa.schema(
         ("case_id", TEXT), ("case_digest", TEXT), ("group_id", TEXT), ("criterion", TEXT), ("outcome", TEXT),
         ("reason", TEXT), ("details", TEXT), ("system_version", TEXT), ("recorded_by_run", TEXT),
         ("replayed_by_run", TEXT), ("judged_by_run", TEXT),
+        # The cache key of the verdict: its evaluator (configuration and code), its case's
+        # recording, and all it was judged from (with a copy's source recording and the replay).
+        ("evaluator_digest", TEXT), ("recording_key", TEXT), ("inputs_key", TEXT),
     ]
 )
 # One row per source case and fault plan: both replays whole, and the outcome judged from them.
@@ -67,6 +79,9 @@ FAULT_REPLAYS_SCHEMA = pa.schema(
         ("control_error", TEXT), ("control_trajectory", TEXT), ("faulted_status", TEXT), ("faulted_error", TEXT),
         ("faulted_trajectory", TEXT), ("faulted_output", TEXT), ("faulted_environment_state", TEXT),
         ("duration_s", FLOAT), ("recorded_by_run", TEXT), ("replayed_by_run", TEXT),
+        # The whole plan the outcome was judged under (escalation tools included; `plan_digest`
+        # covers only what decides the replay itself).
+        ("judging_digest", TEXT),
     ]
 )
 GATE_SCHEMA = pa.schema(
@@ -75,6 +90,8 @@ GATE_SCHEMA = pa.schema(
         ("upper", FLOAT), ("method", TEXT), ("observed", INT), ("passed", INT), ("failed", INT), ("missing", INT),
         ("excluded", INT), ("bar_kind", TEXT), ("bar", FLOAT), ("bar_min", FLOAT), ("bar_max", FLOAT), ("reasons", TEXT), ("suite_size_to_decide", INT),
         ("system_version", TEXT), ("gate_decision", TEXT), ("gate_reasons", TEXT), ("judged_by_run", TEXT),
+        # What the gate was decided from: while it holds, a rerun reuses the decisions.
+        ("inputs_digest", TEXT),
     ]
 )
 
@@ -91,14 +108,51 @@ def _json_columns(schema: pa.Schema, nested: Iterable[str]) -> set[str]:
     return {name for name in nested if name in schema.names}
 
 
-def frame_from_rows(rows: list[dict[str, Any]], schema: pa.Schema, nested: Iterable[str] = ()) -> pd.DataFrame:
+# Rows are turned into Arrow record batches this many at a time, so a large table never
+# exists as one list of Python dicts.
+BATCH_ROWS = 4096
+
+
+def _prepared(row: dict[str, Any], schema: pa.Schema, json_columns: set[str]) -> dict[str, Any]:
+    return {name: (to_json_text(row.get(name)) if name in json_columns else row.get(name)) for name in schema.names}
+
+
+class RowBatches:
+    """Rows collected into Arrow record batches of the table's schema as they arrive (nested
+    values as JSON text), then one typed DataFrame."""
+
+    def __init__(self, schema: pa.Schema, nested: Iterable[str] = ()):
+        self.schema = schema
+        self.json_columns = _json_columns(schema, nested)
+        self._pending: list[dict[str, Any]] = []
+        self._batches: list[pa.RecordBatch] = []
+        self.count = 0
+
+    def add(self, row: dict[str, Any]) -> None:
+        self._pending.append(_prepared(row, self.schema, self.json_columns))
+        self.count += 1
+        if len(self._pending) >= BATCH_ROWS:
+            self._flush()
+
+    def extend(self, rows: Iterable[dict[str, Any]]) -> None:
+        for row in rows:
+            self.add(row)
+
+    def _flush(self) -> None:
+        if self._pending:
+            self._batches.append(pa.RecordBatch.from_pylist(self._pending, schema=self.schema))
+            self._pending = []
+
+    def frame(self) -> pd.DataFrame:
+        self._flush()
+        return pa.Table.from_batches(self._batches, schema=self.schema).to_pandas()
+
+
+def frame_from_rows(rows: Iterable[dict[str, Any]], schema: pa.Schema, nested: Iterable[str] = ()) -> pd.DataFrame:
     """Rows of plain data to a typed DataFrame; `nested` columns become JSON text."""
-    json_columns = _json_columns(schema, nested)
-    prepared = [
-        {name: (to_json_text(row.get(name)) if name in json_columns else row.get(name)) for name in schema.names}
-        for row in rows
-    ]
-    return pa.Table.from_pylist(prepared, schema=schema).to_pandas()
+    batches = RowBatches(schema, nested)
+    batches.extend(rows)
+    return batches.frame()
 
 
 def rows_from_frame(frame: pd.DataFrame, nested: Iterable[str] = ()) -> list[dict[str, Any]]:
@@ -112,12 +166,99 @@ def rows_from_frame(frame: pd.DataFrame, nested: Iterable[str] = ()) -> list[dic
 
 
 def models_to_frame(models: Iterable[BaseModel], schema: pa.Schema, nested: Iterable[str], **extra: Any) -> pd.DataFrame:
-    rows = [{**model.model_dump(mode="json"), **extra} for model in models]
-    return frame_from_rows(rows, schema, nested)
+    return frame_from_rows(({**model.model_dump(mode="json"), **extra} for model in models), schema, nested)
+
+
+Model = TypeVar("Model", bound=BaseModel)
+
+
+def models_from_frame(frame: pd.DataFrame | None, model: type[Model], nested: Iterable[str]) -> list[Model]:
+    """The rows as `model`s, from the columns the model has (a table carries more: its keys)."""
+    if frame is None or frame.empty:
+        return []
+    fields = [name for name in model.model_fields if name in frame.columns]
+    return [model.model_validate(row) for row in rows_from_frame(frame[fields], nested)]
+
+
+def null_to_none(values: pd.Series) -> list[Any]:
+    """A column as a list, nulls (None, NaN) as None."""
+    return [None if value is None or value != value else value for value in values.tolist()]
+
+
+class StoredTable:
+    """A stored table (or several stacked, as the cases and their copies are), read a column at
+    a time as a stage needs it (each column at most once), its rows decoded only where asked:
+    a rerun with nothing to do reads the few key columns it compares and never a trajectory.
+    Columns a file lacks (a table written before they existed) read as nulls."""
+
+    def __init__(self, *parts: Path | pd.DataFrame | None):
+        self._parts = [part for part in parts if isinstance(part, pd.DataFrame) or (part is not None and Path(part).exists())]
+        self._read: dict[str, pd.Series] = {}
+        self._shapes: list[tuple[list[str], int]] | None = None
+
+    @classmethod
+    def of(cls, frame: pd.DataFrame | None) -> "StoredTable":
+        return cls(frame)
+
+    @property
+    def exists(self) -> bool:
+        return bool(self._parts)
+
+    def _part_shapes(self) -> list[tuple[list[str], int]]:
+        """(column names, rows) of each part, from the Parquet footer alone."""
+        if self._shapes is None:
+            self._shapes = []
+            for part in self._parts:
+                if isinstance(part, pd.DataFrame):
+                    self._shapes.append((list(part.columns), len(part)))
+                else:
+                    metadata = pq.ParquetFile(part).metadata
+                    self._shapes.append((list(metadata.schema.names), metadata.num_rows))
+        return self._shapes
+
+    @property
+    def names(self) -> list[str]:
+        return list(dict.fromkeys(name for names, _ in self._part_shapes() for name in names))
+
+    def __len__(self) -> int:
+        return sum(rows for _, rows in self._part_shapes())
+
+    def _read_part(self, part: Path | pd.DataFrame, names: list[str], rows: int, wanted: list[str]) -> dict[str, pd.Series]:
+        present = [name for name in wanted if name in names]
+        if isinstance(part, pd.DataFrame):
+            read = {name: part[name].reset_index(drop=True) for name in present}
+        else:
+            read = dict(pq.read_table(part, columns=present).to_pandas().items()) if present else {}
+        return {name: read.get(name, pd.Series([None] * rows, dtype=object)) for name in wanted}
+
+    def columns(self, *names: str) -> pd.DataFrame:
+        """The named columns (nulls for any the table lacks), read once each."""
+        wanted = [name for name in dict.fromkeys(names) if name not in self._read]
+        if wanted:
+            pieces = [self._read_part(part, part_names, rows, wanted) for part, (part_names, rows) in zip(self._parts, self._part_shapes())]
+            for name in wanted:
+                columns = [piece[name] for piece in pieces]
+                self._read[name] = (
+                    pd.concat(columns, ignore_index=True) if len(columns) > 1
+                    else columns[0] if columns else pd.Series([], dtype=object)
+                )
+        return pd.DataFrame({name: self._read[name] for name in names})
+
+    def whole(self, schema: pa.Schema | None = None) -> pd.DataFrame:
+        """Every column (of `schema` when given, nulls for those the table lacks)."""
+        return self.columns(*(schema.names if schema is not None else self.names))
+
+    def rows(self, positions: Iterable[int], names: Iterable[str], nested: Iterable[str] = ()) -> list[dict[str, Any]]:
+        """The rows at `positions` as plain dicts of `names`, JSON text parsed in `nested`."""
+        names, positions = list(names), list(positions)
+        if not positions:
+            return []
+        frame = self.columns(*names).iloc[positions]
+        return rows_from_frame(frame, [name for name in nested if name in names])
 
 
 CASE_NESTED = ("input", "initial_state", "expected", "metadata", "events")
-RUN_NESTED = ("output", "trajectory", "environment_state")
+RUN_NESTED = ("output", "trajectory", "environment_state", "code_files")
 VERDICT_NESTED = ("details",)
 GATE_NESTED = ("reasons", "gate_reasons")
 FAULT_REPLAY_NESTED = (
@@ -150,13 +291,11 @@ def recorded_runs_table(runs: list[RecordedRun]) -> pd.DataFrame:
 
 
 def runs_from_table(frame: pd.DataFrame | None) -> list[RecordedRun]:
-    if frame is None:
-        return []
-    return [RecordedRun.model_validate(row) for row in rows_from_frame(frame, RUN_NESTED)]
+    return models_from_frame(frame, RecordedRun, RUN_NESTED)
 
 
 def cases_from_table(frame: pd.DataFrame) -> list[CaseRecord]:
-    return [CaseRecord.model_validate(row) for row in rows_from_frame(frame, CASE_NESTED)]
+    return models_from_frame(frame, CaseRecord, CASE_NESTED)
 
 
 def fault_replays_table(replays: list[FaultReplay]) -> pd.DataFrame:
@@ -164,6 +303,4 @@ def fault_replays_table(replays: list[FaultReplay]) -> pd.DataFrame:
 
 
 def replays_from_table(frame: pd.DataFrame | None) -> list[FaultReplay]:
-    if frame is None:
-        return []
-    return [FaultReplay.model_validate(row) for row in rows_from_frame(frame, FAULT_REPLAY_NESTED)]
+    return models_from_frame(frame, FaultReplay, FAULT_REPLAY_NESTED)
