@@ -106,6 +106,8 @@ def run(
             error_console.print(f"[red]error:[/red] {error}", highlight=False)
         raise CommandFailed(f"run {evaluation.run_id} failed", EXIT_INCOMPLETE)
     console.print(f"Dagster run {evaluation.run_id} evaluated version {evaluation.version}.")
+    for line in evaluation.why or ["nothing changed: every recording, replay and verdict was reused"]:
+        console.print(f"  {line}", highlight=False)
     show_gate(project, evaluation.version)
 
 

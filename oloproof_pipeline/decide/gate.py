@@ -213,7 +213,7 @@ def decide_release_gate(
     for rule in policy.rules:
         of_metric = verdicts[(verdicts["criterion"] == rule.metric) & ~verdicts["reason"].isin(STRUCTURAL_EXCLUSIONS)]
         evidence = rate_from_outcomes(
-            zip(of_metric["group_id"], of_metric["outcome"]),
+            zip(of_metric["group_id"].tolist(), of_metric["outcome"].tolist()),
             confidence=policy.confidence_level,
             allow_approximate=policy.allow_approximate_methods,
             min_clusters=policy.min_clusters,

@@ -42,7 +42,7 @@ from ..decide.slices import (
 from ..evaluators.judging import judge_verdict_table
 from ..model.cases import load_cases
 from ..model.config import Project
-from ..model.fingerprints import code_versions
+from ..model.fingerprints import code_versions, copies_inputs_digest
 from ..model.transforms import derive_cases
 from ..read import compare as comparison
 from ..read.reports import (
@@ -59,7 +59,7 @@ from ..run.recording import record_case_table
 from ..run.replaying import replay_fault_table
 from ..store import tables
 from ..store.layout import read_table, table_path
-from ..store.tables import StoredTable
+from ..store.tables import StoredTable, reusable_copies
 from .metadata import ProgressLog, counts_markdown, run_link, value_counts
 from .resources import ComparisonConfig, EvaluationProject, RecordingConfig, SandboxCluster
 
@@ -136,15 +136,22 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
     def derived_cases(
         context: AssetExecutionContext, evaluation_project: EvaluationProject, cases: pd.DataFrame
     ) -> pd.DataFrame:
-        derived = derive_cases(evaluation_project.load(), tables.cases_from_table(cases))
-        frame = tables.derived_case_table(derived.copies)
+        loaded = evaluation_project.load()
+        inputs_digest = copies_inputs_digest(loaded, cases)
+        frame = reusable_copies(read_table(loaded.root, "derived_cases"), inputs_digest)
+        labels = {}
+        if frame is None:
+            derived = derive_cases(loaded, tables.cases_from_table(cases))
+            frame = tables.derived_case_table(derived.copies, inputs_digest=inputs_digest)
+            labels = {"labels": MetadataValue.json([summary.model_dump() for summary in derived.label_summaries])}
         validity = transform_validity(frame)
         context.add_output_metadata(
             {
                 "dagster/row_count": len(frame),
+                "copies_reused": not labels,
                 "validity": MetadataValue.md(validity_markdown(validity)),
                 "validity_by_transform": MetadataValue.json({name: item.model_dump() for name, item in validity.items()}),
-                "labels": MetadataValue.json([summary.model_dump() for summary in derived.label_summaries]),
+                **labels,
                 "transforms_not_checked": ", ".join(name for name, item in validity.items() if not item.checked) or "none",
                 **run_link(context.run.run_id),
             }
@@ -266,19 +273,23 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
         gated = stored["verdicts"].columns(*GATED_VERDICT_COLUMNS)
         validity = stored["derived_cases"].columns(*VALIDITY_COLUMNS) if stored["derived_cases"].exists else None
         inputs_digest = gate_inputs_digest(loaded, gated, validity)
-        frame = reusable_gate(read_table(loaded.root, "gate", version), inputs_digest)
+        stored_gate = read_table(loaded.root, "gate", version)
+        frame = reusable_gate(stored_gate, inputs_digest)
         reused, reasons = frame is not None, []
         if frame is None:
             decision = decide_release_gate(loaded, gated, validity)
             frame = gate_table(decision, version=version, judged_by_run=context.run.run_id, inputs_digest=inputs_digest)
-            reasons.append("gate decided again: its verdicts, labels or release policy changed")
+            reasons.append(
+                "gate decided: first gate of this version" if stored_gate is None
+                else "gate decided again: its verdicts, labels or release policy changed"
+            )
         else:
             decision = gate_from_table(frame)
         # The report is written here, not downstream: a blocking gate check skips anything
         # after the gate, and a blocked release is when the report is read most.
         report, written = write_report(loaded, stored, version, frame)
         if written:
-            reasons.append("report written again: its tables changed")
+            reasons.append("report written: what it shows changed")
         context.add_output_metadata(
             {
                 "dagster/row_count": len(frame),
@@ -306,13 +317,17 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
         stored = tables_of(version)
         sliced = stored["verdicts"].columns(*SLICED_VERDICT_COLUMNS)
         inputs_digest = slices_inputs_digest(loaded, sliced)
-        frame = reusable_slices(read_table(loaded.root, "slices", version), inputs_digest)
+        stored_slices = read_table(loaded.root, "slices", version)
+        frame = reusable_slices(stored_slices, inputs_digest)
         reused, reasons = frame is not None, []
         if frame is None:
             facts = facts_from_tables(stored["cases"].columns("case_id", "metadata"), stored["recorded_runs"].columns("case_id", "trajectory"))
             rows = project_slices_of(loaded, sliced, facts)
             frame = slice_table(rows, version=version, sliced_by_run=context.run.run_id, inputs_digest=inputs_digest)
-            reasons.append("slices computed again: their verdicts or settings changed")
+            reasons.append(
+                "slices computed: first slices of this version" if stored_slices is None
+                else "slices computed again: their verdicts or settings changed"
+            )
         else:
             rows = slices_from_table(frame)
         context.add_output_metadata(

@@ -23,6 +23,8 @@ class EvaluationRun:
     success: bool
     # Step failures other than the gate's own check failing (which only reports a BLOCK).
     errors: list[str] = field(default_factory=list)
+    # Why anything was recorded, replayed, judged or decided again (each asset's `why`).
+    why: list[str] = field(default_factory=list)
 
 
 def recording_op_name(project_name: str) -> str:
@@ -66,8 +68,18 @@ def run_evaluation(
         partition_key=version, instance=instance, run_config=run_config, raise_on_error=False
     )
     return EvaluationRun(
-        run_id=result.run_id, version=version, success=result.success, errors=step_errors(result)
+        run_id=result.run_id, version=version, success=result.success, errors=step_errors(result), why=why_lines(result)
     )
+
+
+def why_lines(result) -> list[str]:
+    """Every materialization's reasons for work done again, in the order the assets ran."""
+    lines = []
+    for event in result.all_events:
+        if event.event_type == DagsterEventType.ASSET_MATERIALIZATION:
+            reasons = event.event_specific_data.materialization.metadata.get("why")
+            lines.extend(reasons.value if reasons is not None else [])
+    return lines
 
 
 def step_errors(result) -> list[str]:

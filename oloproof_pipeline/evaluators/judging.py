@@ -28,6 +28,7 @@ from ..model.outcomes import Verdict
 from ..model.records import RecordedRun
 from ..store.tables import (
     CASE_NESTED,
+    rows_of,
     CASES_SCHEMA,
     FAULT_REPLAY_NESTED,
     RUN_NESTED,
@@ -136,10 +137,7 @@ def recording_keys(runs: StoredTable, version: str) -> dict[str, str]:
     keys = runs.columns("case_id", "recording_key", "case_digest", "code_fingerprint", "recorded_by_run", "status")
     return {
         case_id: key or row_key("recording", digest, version, fingerprint, run, status)
-        for case_id, key, digest, fingerprint, run, status in zip(
-            keys["case_id"], null_to_none(keys["recording_key"]), keys["case_digest"],
-            null_to_none(keys["code_fingerprint"]), null_to_none(keys["recorded_by_run"]), keys["status"],
-        )
+        for case_id, key, digest, fingerprint, run, status in zip(*(null_to_none(keys[name]) for name in keys.columns))
     }
 
 
@@ -150,10 +148,7 @@ def replay_keys(replays: StoredTable) -> dict[tuple[str, str], str]:
     keys = replays.columns("case_id", "criterion", "case_digest", "plan_digest", "recorded_by_run", "replayed_by_run")
     return {
         (case_id, criterion): row_key("replay", digest, plan, recorded, replayed)
-        for case_id, criterion, digest, plan, recorded, replayed in zip(
-            keys["case_id"], keys["criterion"], keys["case_digest"], keys["plan_digest"],
-            null_to_none(keys["recorded_by_run"]), null_to_none(keys["replayed_by_run"]),
-        )
+        for case_id, criterion, digest, plan, recorded, replayed in zip(*(null_to_none(keys[name]) for name in keys.columns))
     }
 
 
@@ -162,19 +157,20 @@ def verdict_keys(project: Project, cases: pd.DataFrame, runs: StoredTable, repla
     the verdict it should hold: `evaluator_digest`, `recording_key` and `inputs_key`."""
     recordings = recording_keys(runs, version)
     replayed = replay_keys(replays)
-    own = [recordings.get(case_id) for case_id in cases["case_id"]]
+    case_ids = null_to_none(cases["case_id"])
+    own = [recordings.get(case_id) for case_id in case_ids]
     source = [recordings.get(source_id) if source_id else None for source_id in null_to_none(cases["source_id"])]
     frames = []
     for position, (evaluator, digest) in enumerate(zip(project.evaluators, evaluator_digests(project))):
         criterion = evaluator.criterion
         inputs = [
             row_key("verdict", digest, recording, source_recording, replayed.get((case_id, criterion)))
-            for case_id, recording, source_recording in zip(cases["case_id"], own, source)
+            for case_id, recording, source_recording in zip(case_ids, own, source)
         ]
         frames.append(
             pd.DataFrame(
                 {
-                    "case_position": cases.index, "evaluator_position": position, "case_id": cases["case_id"].to_numpy(),
+                    "case_position": cases.index, "evaluator_position": position, "case_id": case_ids,
                     "criterion": criterion, "evaluator_digest": digest, "recording_key": own, "inputs_key": inputs,
                 }
             )
@@ -211,9 +207,9 @@ class VerdictSummary:
 def why_judged(wanted: pd.DataFrame, stored: pd.DataFrame, summary: VerdictSummary) -> None:
     """Per verdict judged now, why no stored verdict could be reused."""
     known_criteria = set(stored["criterion"])
-    for row in wanted.itertuples(index=False):
+    for row in rows_of(wanted, ["criterion", "stored_key", "stored_evaluator", "stored_recording", "evaluator_digest", "recording_key"]):
         if pd.isna(row.stored_key):
-            reason = "new case" if row.criterion in known_criteria else "new evaluator"
+            reason = "new case" if row.criterion in known_criteria or not known_criteria else "new evaluator"
             summary.why[(row.criterion, JUDGED, reason)] += 1
             continue
         if row.stored_evaluator != row.evaluator_digest:
@@ -283,10 +279,10 @@ def judge_wanted(
     if to_judge.empty:
         return batches.frame()
     groups = case_keys["group_id"].to_numpy()
-    run_positions = {case_id: position for position, case_id in enumerate(runs.columns("case_id")["case_id"])}
+    run_positions = {case_id: position for position, case_id in enumerate(null_to_none(runs.columns("case_id")["case_id"]))}
     replay_positions = replay_rows(replays, to_judge)
     pairs = to_judge.assign(group=groups[to_judge["case_position"].to_numpy()])
-    chunk_of = {group: index // CLUSTERS_PER_CHUNK for index, group in enumerate(dict.fromkeys(pairs["group"]))}
+    chunk_of = {group: index // CLUSTERS_PER_CHUNK for index, group in enumerate(dict.fromkeys(pairs["group"].tolist()))}
     for _, chunk in pairs.groupby(pairs["group"].map(chunk_of), sort=True):
         positions = sorted(set(chunk["case_position"]))
         chunk_cases = case_models(cases, positions)
@@ -296,10 +292,10 @@ def judge_wanted(
         context = JudgingContext(
             cases={case.case_id: case for case in chunk_cases.values()},
             recordings=run_models(runs, sorted(run_positions[case_id] for case_id in needed_runs if case_id in run_positions)),
-            replays=replay_models(replays, [replay_positions[key] for key in zip(chunk["case_id"], chunk["criterion"]) if key in replay_positions]),
+            replays=replay_models(replays, [replay_positions[key] for key in zip(chunk["case_id"].tolist(), chunk["criterion"].tolist()) if key in replay_positions]),
         )
         evaluators = project.evaluators
-        for pair in chunk.itertuples(index=False):
+        for pair in rows_of(chunk, ["case_position", "evaluator_position", "evaluator_digest", "recording_key", "inputs_key"]):
             case = chunk_cases[pair.case_position]
             verdict = evaluators[pair.evaluator_position].judge_case(case, context)
             row = verdict_row(verdict, case, context, version, judged_by_run)
@@ -312,8 +308,8 @@ def replay_rows(replays: StoredTable, to_judge: pd.DataFrame) -> dict[tuple[str,
     if not replays.exists or not len(replays):
         return {}
     keys = replays.columns("case_id", "criterion")
-    wanted = set(zip(to_judge["case_id"], to_judge["criterion"]))
-    return {key: position for position, key in enumerate(zip(keys["case_id"], keys["criterion"])) if key in wanted}
+    wanted = set(zip(to_judge["case_id"].tolist(), to_judge["criterion"].tolist()))
+    return {key: position for position, key in enumerate(zip(keys["case_id"].tolist(), keys["criterion"].tolist())) if key in wanted}
 
 
 def case_models(cases: StoredTable, positions: list[int]) -> dict[int, CaseRecord]:

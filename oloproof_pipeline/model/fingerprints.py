@@ -130,6 +130,20 @@ def system_code_fingerprint(project: Project) -> CodeFingerprint:
     return CodeFingerprint(digest=digest(SYSTEM_CODE_TAG, body), files=files)
 
 
+# -- metamorphic copies ----------------------------------------------------------------------
+
+
+def copies_inputs_digest(project: Project, cases: pd.DataFrame) -> str:
+    """What the metamorphic copies are made from: every column of the cases, the transforms,
+    and the content of each label file (a relabelled pair changes its copy's status)."""
+    labels = {}
+    for transform in project.config.metamorphic.transforms:
+        path = project.root / transform.validity_labels if transform.validity_labels else None
+        labels[transform.name] = file_digest(path) if path is not None and path.is_file() else None
+    settings = {"metamorphic": project.config.metamorphic.model_dump(mode="json"), "labels": labels}
+    return frame_digest("derived_cases/v1", cases, settings)
+
+
 # -- evaluators ------------------------------------------------------------------------------
 
 

@@ -39,11 +39,16 @@ class CasePanel:
         return any(verdict["outcome"] in (FAIL, MISSING) for verdict in self.verdicts)
 
 
+# What a panel shows of the case and of its recording (nothing else of them is decoded).
+PANEL_CASE_FIELDS = ("input",)
+PANEL_RUN_FIELDS = ("output", "status", "error", "trajectory")
+
+
 def case_panel(results: VersionResults, case_id: str) -> CasePanel | None:
-    case = results.case(case_id)
+    case = results.case(case_id, PANEL_CASE_FIELDS)
     if case is None:
         return None
-    recording = results.recording(case_id) or {}
+    recording = results.recording(case_id, PANEL_RUN_FIELDS) or {}
     verdicts = results.verdicts_of(case_id)
     state_rows = [
         {**row, "criterion": verdict["criterion"]} for verdict in verdicts for row in compared_paths(verdict)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import pandas as pd
 
@@ -39,23 +39,27 @@ class VersionResults:
     _case_at: dict[str, int] = field(init=False, repr=False)
     _run_at: dict[str, int] = field(init=False, repr=False)
     _verdicts_at: dict[str, Any] = field(init=False, repr=False)
-    _columns: dict[tuple[int, str], list[Any]] = field(init=False, repr=False, default_factory=dict)
+    _lists: dict[tuple[int, str], list[Any]] = field(init=False, repr=False, default_factory=dict)
 
     def __post_init__(self) -> None:
-        self._case_at = {case_id: position for position, case_id in enumerate(self.case_table["case_id"])}
+        self._case_at = {case_id: position for position, case_id in enumerate(self.case_table["case_id"].tolist())}
         runs = self.run_table
-        self._run_at = {} if runs is None else {case_id: position for position, case_id in enumerate(runs["case_id"])}
+        self._run_at = {} if runs is None else {case_id: position for position, case_id in enumerate(runs["case_id"].tolist())}
         verdicts = self.verdict_table
         self._verdicts_at = {} if verdicts.empty else verdicts.groupby("case_id", sort=False).indices
 
-    def _row(self, frame: pd.DataFrame, position: int, nested: tuple[str, ...]) -> dict[str, Any]:
-        """One row as plain data, JSON text parsed (each column is turned into a list once)."""
+    def _column(self, frame: pd.DataFrame, name: str) -> list[Any]:
+        """A column as a list (nulls as None), made once per table."""
+        key = (id(frame), name)
+        if key not in self._lists:
+            self._lists[key] = null_to_none(frame[name])
+        return self._lists[key]
+
+    def _row(self, frame: pd.DataFrame, position: int, nested: tuple[str, ...], names: Iterable[str] | None = None) -> dict[str, Any]:
+        """One row as plain data (of `names`, else every column), JSON text parsed."""
         row = {}
-        for name in frame.columns:
-            key = (id(frame), name)
-            if key not in self._columns:
-                self._columns[key] = null_to_none(frame[name])
-            value = self._columns[key][position]
+        for name in frame.columns if names is None else names:
+            value = self._column(frame, name)[position]
             row[name] = from_json_text(value) if name in nested else value
         return row
 
@@ -63,13 +67,16 @@ class VersionResults:
     def case_ids(self) -> list[str]:
         return list(self._case_at)
 
-    def case(self, case_id: str) -> dict[str, Any] | None:
+    def case(self, case_id: str, names: Iterable[str] | None = None) -> dict[str, Any] | None:
+        """The case's row (only `names` when given: the rest is never decoded)."""
         position = self._case_at.get(case_id)
-        return None if position is None else self._row(self.case_table, position, CASE_NESTED)
+        return None if position is None else self._row(self.case_table, position, CASE_NESTED, names)
 
-    def recording(self, case_id: str) -> dict[str, Any] | None:
+    def recording(self, case_id: str, names: Iterable[str] | None = None) -> dict[str, Any] | None:
         position = self._run_at.get(case_id)
-        return None if position is None or self.run_table is None else self._row(self.run_table, position, RUN_NESTED)
+        if position is None or self.run_table is None:
+            return None
+        return self._row(self.run_table, position, RUN_NESTED, names)
 
     def verdicts_of(self, case_id: str) -> list[dict[str, Any]]:
         positions = self._verdicts_at.get(case_id, ())
@@ -183,7 +190,7 @@ def compared_paths(verdict: dict[str, Any]) -> list[dict[str, Any]]:
 def outcome_counts(verdicts: pd.DataFrame) -> dict[str, dict[str, int]]:
     """criterion -> {PASS, FAIL, MISSING, EXCLUDED} counts, for metadata and reports."""
     counts: dict[str, dict[str, int]] = {}
-    for criterion, outcome in zip(verdicts["criterion"], verdicts["outcome"]):
+    for criterion, outcome in zip(verdicts["criterion"].tolist(), verdicts["outcome"].tolist()):
         counts.setdefault(criterion, Counter())[outcome] += 1
     return {
         criterion: {outcome: int(tally.get(outcome, 0)) for outcome in OUTCOMES}

@@ -30,9 +30,10 @@ from ..store.tables import (
     RowBatches,
     StoredTable,
     case_table,
+    rows_of,
     runs_from_table,
 )
-from .reuse import WorkCounts, known_work, settle_journal, stored_keys, unstored_journal_rows
+from .reuse import WorkCounts, journal_state, known_work, settle_journal, stored_keys, unstored_journal_rows
 from .sandboxes import Sandboxes, record_each
 from .system import current_system_version, system_spec
 
@@ -125,7 +126,7 @@ def why_recorded(cases: pd.DataFrame, plan: RecordingPlan, code: CodeFingerprint
     todo = cases.iloc[plan.to_record].merge(last, on="case_digest", how="left", indicator="found")
     known_ids = set(plan.known["case_id"])
     changes: dict[Any, str] = {}
-    for case in todo.itertuples(index=False):
+    for case in rows_of(todo, ["case_id", "found", "status", "code_fingerprint", "code_files"]):
         if case.found == "left_only":
             summary.because(RECORDED, "case changed" if case.case_id in known_ids else "new case")
         elif case.status != OK:
@@ -182,8 +183,10 @@ def record_case_table(
     new_rows = RowBatches(RECORDED_RUNS_SCHEMA, RUN_NESTED)
     if plan.to_record:
         check_partition_is_current_version(project, version)
+        seen = journal_state(journal)
         with sandbox_lock(project.root):
-            if not fresh:  # a run that held the sandbox before us may have recorded some already
+            if not fresh and journal_state(journal) != seen:
+                # A run that held the sandbox before us recorded some already.
                 journaled = unstored_journal_rows(journal, stored_keys(stored, KEY_COLUMNS), KEY_COLUMNS)
                 known = known_work(stored, journaled, RECORDED_RUNS_SCHEMA, RUN_NESTED)
                 plan = plan_recordings(keys, known, version, code, fresh)
@@ -193,14 +196,15 @@ def record_case_table(
                 system_spec(project), to_record, version=version,
                 timeout_s=project.config.execution.timeout_s, sandboxes=sandboxes,
             )
-            for run in recordings:
-                run.recorded_by_run = run_id
-                row = recording_row(run, code)
-                journal.append(row)
-                new_rows.add(row)
-                summary.failed += run.status != OK
-                if on_recorded is not None:
-                    on_recorded(run)
+            with journal.appending() as journal_line:
+                for run in recordings:
+                    run.recorded_by_run = run_id
+                    row = recording_row(run, code)
+                    journal_line(row)
+                    new_rows.add(row)
+                    summary.failed += run.status != OK
+                    if on_recorded is not None:
+                        on_recorded(run)
     frame = recorded_table(keys, plan, new_rows.frame())
     summary.new = new_rows.count
     summary.reused = len(keys) - new_rows.count
@@ -222,7 +226,7 @@ def recorded_table(keys: pd.DataFrame, plan: RecordingPlan, new: pd.DataFrame) -
     reused = plan.known.loc[reused_positions.astype(int).to_numpy()].reset_index(drop=True)
     reused["case_id"] = keys["case_id"].iloc[reused_positions.index].to_numpy()
     reused["_order"] = reused_positions.index.to_numpy()
-    by_id = dict(zip(keys["case_id"], keys.index))
+    by_id = dict(zip(keys["case_id"].tolist(), keys.index))
     new = new.assign(_order=new["case_id"].map(by_id).to_numpy())
     frames = [frame for frame in (reused, new) if not frame.empty]
     if not frames:

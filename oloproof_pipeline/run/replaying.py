@@ -43,7 +43,7 @@ from ..store.tables import (
 )
 from .. import __version__
 from .recording import check_partition_is_current_version
-from .reuse import WorkCounts, known_work, settle_journal, stored_keys, unstored_journal_rows
+from .reuse import WorkCounts, journal_state, known_work, settle_journal, stored_keys, unstored_journal_rows
 from .runner import SandboxRunner, can_replay
 from .sandboxes import Sandboxes, in_sandboxes
 from .system import system_spec
@@ -229,7 +229,7 @@ def why_replayed(work: ReplayWork) -> None:
     """Name, per replay still to run, why no stored replay of it could be reused."""
     known, summary = work.known, work.summary
     same_replay = known.drop_duplicates(CACHE_COLUMNS[:2], keep="last").set_index(CACHE_COLUMNS[:2])
-    same_case = set(zip(known["case_id"], known["criterion"]))
+    same_case = set(zip(known["case_id"].tolist(), known["criterion"].tolist()))
     criteria = set(known["criterion"])
     for item in work.pending:
         row = work.candidates.loc[item.position]
@@ -243,7 +243,7 @@ def why_replayed(work: ReplayWork) -> None:
         elif (row["case_id"], row["criterion"]) in same_case:
             summary.because(REPLAYED_AGAIN, "fault plan or case changed")
         else:
-            summary.because(REPLAYED, "new case" if row["criterion"] in criteria else "new fault plan")
+            summary.because(REPLAYED, "new case" if row["criterion"] in criteria or not criteria else "new fault plan")
 
 
 def case_records(cases: StoredTable, positions: pd.Series) -> dict[int, CaseRecord]:
@@ -322,13 +322,14 @@ def run_replays(
             spec, work.pending, partial(replay_one, version=version, run_id=run_id),
             version=version, timeout_s=project.config.execution.timeout_s, sandboxes=sandboxes,
         )
-        for item, replay in replays:
-            if isinstance(replay, Exception):
-                replay = worker_failed(item, replay, version, run_id)
-            journal.append({**replay.model_dump(mode="json"), "judging_digest": judging_digest(item.plan)})
-            work.decided[item.position] = replay
-            work.summary.new += 1
-            work.summary.failed += not replay.completed
+        with journal.appending() as journal_line:
+            for item, replay in replays:
+                if isinstance(replay, Exception):
+                    replay = worker_failed(item, replay, version, run_id)
+                journal_line({**replay.model_dump(mode="json"), "judging_digest": judging_digest(item.plan)})
+                work.decided[item.position] = replay
+                work.summary.new += 1
+                work.summary.failed += not replay.completed
     return replay_table(work)
 
 
@@ -383,8 +384,10 @@ def replay_fault_table(
     if not work.pending:
         return run_replays(project, work, version=version, run_id=run_id), work.summary
     check_partition_is_current_version(project, version, action=f"replay {len(work.pending)} case(s) of")
+    seen = journal_state(journal_for(project, version))
     with sandbox_lock(project.root):
-        work = plan_replays(project, cases, runs, version)  # again: a run before us may have replayed some
+        if journal_state(journal_for(project, version)) != seen:
+            work = plan_replays(project, cases, runs, version)  # again: a run before us replayed some
         frame = run_replays(project, work, version=version, run_id=run_id, sandboxes=sandboxes)
     return frame, work.summary
 

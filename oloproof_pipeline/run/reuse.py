@@ -63,6 +63,16 @@ def known_work(stored: pd.DataFrame | None, journaled: list[Row], schema: pa.Sch
     return known
 
 
+def journal_state(journal: Journal) -> tuple[int, int] | None:
+    """The journal file's size and modification time: if unchanged after waiting for the
+    sandbox, no other run appended to it (or emptied it) meanwhile."""
+    try:
+        status = journal.path.stat()
+    except FileNotFoundError:
+        return None
+    return status.st_size, status.st_mtime_ns
+
+
 def settle_journal(project_root: Path, journal: Journal, stored: set[tuple], key_columns: list[str], wanted: Callable[[Row], bool]) -> None:
     """Empty the journal once the stored table holds every line still wanted, so a rerun never
     reads it again. Journals are appended under the sandbox lock, so they are emptied under it

@@ -6,8 +6,9 @@ Nested values are stored as JSON text so every column is a plain Parquet type.
 from __future__ import annotations
 
 import json
+from collections import namedtuple
 from pathlib import Path
-from typing import Any, Iterable, TypeVar
+from typing import Any, Iterable, Iterator, TypeVar
 
 import pandas as pd
 import pyarrow as pa
@@ -35,6 +36,9 @@ DERIVED_CASES_SCHEMA = pa.schema(
     + [
         pa.field("transform_digest", TEXT), pa.field("pair_digest", TEXT), pa.field("label_status", TEXT),
         pa.field("stale_labels", INT), pa.field("minimum_validity", FLOAT),
+        # What the copies were made from (the cases, the transforms, the label files): while it
+        # holds, a rerun reuses them as they are.
+        pa.field("inputs_digest", TEXT),
     ]
 )
 # Exploratory rates per slice bucket and criterion; never gated.
@@ -185,6 +189,13 @@ def null_to_none(values: pd.Series) -> list[Any]:
     return [None if value is None or value != value else value for value in values.tolist()]
 
 
+def rows_of(frame: pd.DataFrame, names: list[str]) -> Iterator[Any]:
+    """The rows of a few columns as named tuples, nulls as None: each column turned into a
+    list in one go (iterating a column element by element is slow for Arrow-backed text)."""
+    row = namedtuple("Row", names)  # type: ignore[misc]
+    return (row(*values) for values in zip(*(null_to_none(frame[name]) for name in names)))
+
+
 class StoredTable:
     """A stored table (or several stacked, as the cases and their copies are), read a column at
     a time as a stage needs it (each column at most once), its rows decoded only where asked:
@@ -273,8 +284,16 @@ def case_table(cases: list[CaseRecord]) -> pd.DataFrame:
     return models_to_frame(cases, CASES_SCHEMA, CASE_NESTED)
 
 
-def derived_case_table(copies: list[DerivedCaseRecord]) -> pd.DataFrame:
-    return frame_from_rows([derived.model_dump(mode="json") for derived in copies], DERIVED_CASES_SCHEMA, CASE_NESTED)
+def derived_case_table(copies: list[DerivedCaseRecord], inputs_digest: str | None = None) -> pd.DataFrame:
+    rows = ({**derived.model_dump(mode="json"), "inputs_digest": inputs_digest} for derived in copies)
+    return frame_from_rows(rows, DERIVED_CASES_SCHEMA, CASE_NESTED)
+
+
+def reusable_copies(stored: pd.DataFrame | None, inputs_digest: str) -> pd.DataFrame | None:
+    """The stored copies when made from the same inputs (None: derive them)."""
+    if stored is None or "inputs_digest" not in stored.columns or len(stored) == 0:
+        return None
+    return stored if (stored["inputs_digest"] == inputs_digest).all() else None
 
 
 def cases_with_copies(cases: pd.DataFrame, derived_cases: pd.DataFrame | None) -> list[CaseRecord]:

@@ -1,0 +1,208 @@
+"""Caching you can trust: a result is reused only while what produced it holds, every stage
+reuses what did not change, and each run says why anything ran again. Work is counted (system
+calls, verdicts judged), never timed."""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from dagster import DagsterInstance
+
+from oloproof_pipeline.defs.launch import run_evaluation
+from oloproof_pipeline.evaluators.state_matches import StateComparison
+from oloproof_pipeline.model.paths import ABSENT
+from oloproof_pipeline.store.layout import reports_dir, table_path
+
+from test_day_thirty import COUNT_CALLS, NEW_CASE, calls, latest
+
+CRITERIA = 6  # the refund desk's evaluators
+CASES = 72  # 24 sources and their 48 copies
+REPLAYED = 12  # sources that call issue_refund, each replayed twice (control and faulted)
+FIXED_OVERRIDE = ('if "system override" in message.lower():', "if False:")
+
+
+@pytest.fixture
+def instance(tmp_path):
+    with DagsterInstance.local_temp(tempdir=str(tmp_path)) as instance:
+        yield instance
+
+
+@pytest.fixture
+def counted_desk(refund_desk: Path) -> Path:
+    """The refund desk, every call of its agent (recordings and replays) counted in calls.log."""
+    app = refund_desk / "app.py"
+    app.write_text(app.read_text() + COUNT_CALLS)
+    return refund_desk
+
+
+def evaluate(root: Path, instance: DagsterInstance):
+    evaluation = run_evaluation(root, instance=instance)
+    assert evaluation.errors == []
+    return evaluation
+
+
+def verdicts_table(root: Path) -> pd.DataFrame:
+    return pd.read_parquet(table_path(root, "verdicts", "1.0.0"))
+
+
+def test_a_rerun_with_nothing_changed_records_and_judges_nothing(counted_desk, instance):
+    first = evaluate(counted_desk, instance)
+    called = calls(counted_desk)
+    assert called == CASES + 2 * REPLAYED
+    report = reports_dir(counted_desk) / "report-1.0.0.html"
+    written = report.stat().st_mtime_ns
+
+    again = evaluate(counted_desk, instance)
+    assert calls(counted_desk) == called
+    assert again.why == []
+    recorded, replays, verdicts = (latest(instance, name) for name in ("recorded_runs", "fault_replays", "verdicts"))
+    assert (recorded["cases_new"], recorded["cases_reused"]) == (0, CASES)
+    assert (replays["replays_new"], replays["replays_reused"]) == (0, REPLAYED)
+    assert (verdicts["verdicts_judged"], verdicts["verdicts_reused"]) == (0, CASES * CRITERIA)
+    assert latest(instance, "slices")["slices_reused"] and latest(instance, "gate")["gate_reused"]
+    assert latest(instance, "derived_cases")["copies_reused"]
+    assert report.stat().st_mtime_ns == written  # the report shows the same tables, so it is kept
+    # Every verdict still names the run that judged it: the first one.
+    assert set(verdicts_table(counted_desk)["judged_by_run"]) == {first.run_id}
+
+
+def test_an_edited_app_under_the_same_version_re_records_and_says_why(counted_desk, instance):
+    evaluate(counted_desk, instance)
+    before = verdicts_table(counted_desk)
+    called = calls(counted_desk)
+    app = counted_desk / "app.py"
+    app.write_text(app.read_text().replace(*FIXED_OVERRIDE))  # the same version, other code
+
+    rerun = evaluate(counted_desk, instance)
+    assert f"{CASES} cases re-recorded: system code changed (app.py)" in rerun.why
+    assert latest(instance, "recorded_runs")["cases_new"] == CASES
+    # The fix sends the pasted overrides through the lookup, so their copies make the refund
+    # call no more; the others still do, and are replayed again from their new recordings.
+    replays = latest(instance, "fault_replays")
+    assert replays["replays_new"] == REPLAYED - 4 and "8 replays replayed again: recording changed" in rerun.why
+    assert calls(counted_desk) == called + CASES + 2 * (REPLAYED - 4)
+    after = verdicts_table(counted_desk)
+    override = lambda table: table.set_index(["case_id", "criterion"]).loc[("ord-021", "state_correct"), "outcome"]  # noqa: E731
+    assert (override(before), override(after)) == ("FAIL", "PASS")  # the results are the code's now
+    assert (after["judged_by_run"] == rerun.run_id).all()
+
+
+def test_only_declared_code_counts_as_the_systems_code(counted_desk, instance):
+    (counted_desk / "policy").mkdir()
+    (counted_desk / "policy" / "limits.txt").write_text("refund window: 30 days\n")
+    (counted_desk / "notes.txt").write_text("not the system's code\n")
+    config = counted_desk / "oloproof.yaml"
+    config.write_text(config.read_text().replace("  records: [orders]\n", "  records: [orders]\n  code_paths: [policy]\n"))
+    evaluate(counted_desk, instance)
+    called = calls(counted_desk)
+
+    (counted_desk / "notes.txt").write_text("edited, but nobody declared it code\n")
+    assert evaluate(counted_desk, instance).why == [] and calls(counted_desk) == called
+
+    (counted_desk / "policy" / "limits.txt").write_text("refund window: 45 days\n")
+    rerun = evaluate(counted_desk, instance)
+    assert f"{CASES} cases re-recorded: system code changed (policy/limits.txt)" in rerun.why
+    assert calls(counted_desk) == called + CASES + 2 * REPLAYED
+
+
+def test_an_edited_evaluator_re_judges_only_its_criterion(counted_desk, instance):
+    first = evaluate(counted_desk, instance)
+    called = calls(counted_desk)
+    config = counted_desk / "oloproof.yaml"
+    config.write_text(config.read_text().replace("paths: [orders.ord-999]", "paths: [orders.ord-999.status]"))
+
+    rerun = evaluate(counted_desk, instance)
+    assert calls(counted_desk) == called
+    verdicts = latest(instance, "verdicts")
+    assert verdicts["verdicts_judged_by_criterion"] == {"other_order_untouched": CASES}
+    assert (verdicts["verdicts_judged"], verdicts["verdicts_reused"]) == (CASES, CASES * (CRITERIA - 1))
+    assert rerun.why[:1] == [f"{CASES} verdicts for other_order_untouched re-judged: evaluator changed"]
+    table = verdicts_table(counted_desk)
+    rejudged = table["criterion"] == "other_order_untouched"
+    assert set(table.loc[rejudged, "judged_by_run"]) == {rerun.run_id}
+    assert set(table.loc[~rejudged, "judged_by_run"]) == {first.run_id}
+    assert json.loads(table.loc[rejudged & (table["case_id"] == "ord-001"), "details"].item())[0]["path"] == "orders.ord-999.status"
+
+
+def test_adding_one_case_records_exactly_that_case_its_copies_and_its_replays(counted_desk, instance):
+    evaluate(counted_desk, instance)
+    called = calls(counted_desk)
+    with (counted_desk / "data" / "cases.jsonl").open("a") as cases:
+        cases.write(json.dumps(NEW_CASE) + "\n")
+
+    rerun = evaluate(counted_desk, instance)
+    recorded = pd.read_parquet(table_path(counted_desk, "recorded_runs", "1.0.0"))
+    new = recorded[recorded["recorded_by_run"] == rerun.run_id]
+    assert sorted(new["case_id"]) == ["ord-025", "ord-025~injected", "ord-025~paraphrase"]
+    assert latest(instance, "fault_replays")["replays_new"] == 1  # ord-025 makes the refund call
+    assert calls(counted_desk) == called + 3 + 2
+    verdicts = latest(instance, "verdicts")
+    assert (verdicts["verdicts_judged"], verdicts["verdicts_reused"]) == (3 * CRITERIA, CASES * CRITERIA)
+    assert "3 cases recorded: new case" in rerun.why and "1 replay replayed: new case" in rerun.why
+
+
+# -- equality before diff ----------------------------------------------------------------------
+
+
+class DeepDiffOnly(StateComparison):
+    """The comparison with its quick equality walk turned off: DeepDiff decides every pair."""
+
+    def agrees(self, expected, actual, keys):
+        return False
+
+
+LEAVES = [0, 1, 1.0, 2.5, True, False, None, "a", "b", "", [], {}, [1, 2], [{"id": "x", "v": 1}]]
+
+
+def random_value(rng: random.Random, depth: int = 0):
+    if depth > 2 or rng.random() < 0.4:
+        return copy.deepcopy(rng.choice(LEAVES))
+    if rng.random() < 0.2:
+        return [random_value(rng, depth + 1) for _ in range(rng.randint(0, 3))]
+    return {rng.choice("abcde"): random_value(rng, depth + 1) for _ in range(rng.randint(0, 4))}
+
+
+def mutated(rng: random.Random, value):
+    """A copy of `value` with at most one change somewhere: a new, dropped or changed key."""
+    value = copy.deepcopy(value)
+    if not isinstance(value, dict) or not value or rng.random() < 0.3:
+        return value if rng.random() < 0.5 else random_value(rng)
+    key = rng.choice(sorted(value))
+    action = rng.choice(["add", "drop", "change", "recurse", "same"])
+    if action == "add":
+        value[rng.choice("fgh")] = random_value(rng)
+    elif action == "drop":
+        del value[key]
+    elif action == "change":
+        value[key] = rng.choice(LEAVES)
+    elif action == "recurse":
+        value[key] = mutated(rng, value[key])
+    return value
+
+
+@pytest.mark.parametrize("mode", ["exact", "subset"])
+@pytest.mark.parametrize("tolerance", [None, 0.5])
+@pytest.mark.parametrize("row_tables", [(), (("a",),)])
+def test_equality_before_diff_gives_the_rows_deepdiff_gives(mode, tolerance, row_tables):
+    rng = random.Random(f"{mode}{tolerance}{row_tables}")
+    quick, slow = StateComparison(mode, tolerance, row_tables), DeepDiffOnly(mode, tolerance, row_tables)
+    shortcuts = 0
+    for _ in range(400):
+        expected = random_value(rng)
+        actual = mutated(rng, expected)
+        shortcuts += quick.agrees(expected, actual, [])
+        assert quick.rows("", expected, actual) == slow.rows("", expected, actual), (expected, actual)
+    assert shortcuts > 50  # the quick path was taken often enough to be tested
+
+
+def test_equality_before_diff_keeps_true_apart_from_one():
+    comparison = StateComparison("exact")
+    assert not comparison.agrees({"paid": True}, {"paid": 1}, [])
+    assert comparison.agrees({"total": 1}, {"total": 1.0}, [])
+    assert comparison.rows("", {"paid": True}, {"paid": 1})[0]["matched"] is False
+    assert comparison.rows("", ABSENT, {"x": 1})[0]["matched"] is False
