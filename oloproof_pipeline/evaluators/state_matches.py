@@ -17,8 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Sequence
 
-from deepdiff import DeepDiff
-from deepdiff.operator import BaseOperator
 from pydantic import Field
 
 from ..model.cases import CaseRecord
@@ -38,11 +36,11 @@ def is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-class NumbersWithin(BaseOperator):
-    """Two numbers (never bools) are equal when within `tolerance`; 1 and 1.0 are one JSON number."""
+class NumbersWithin:
+    """A DeepDiff operator: two numbers (never bools) are equal when within `tolerance`; 1 and
+    1.0 are one JSON number."""
 
     def __init__(self, tolerance: float | None):
-        super().__init__()
         self.tolerance = tolerance or 0.0
 
     def match(self, level: Any) -> bool:
@@ -55,6 +53,10 @@ class NumbersWithin(BaseOperator):
 
 def differences(expected: Any, actual: Any, tolerance: float | None = None) -> list[tuple[str, list[Any], Any]]:
     """(DeepDiff report kind, key path, actual value there) for each difference."""
+    # Imported here, not at start-up: importing DeepDiff takes about a second, and a run whose
+    # compared states are all equal (`same_value`, `StateComparison.agrees`) never needs it.
+    from deepdiff import DeepDiff
+
     diff = DeepDiff(
         expected,
         actual,

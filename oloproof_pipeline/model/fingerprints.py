@@ -93,6 +93,11 @@ class CodeFingerprint:
     digest: str
     files: dict[str, str] = field(default_factory=dict)
 
+    @property
+    def files_text(self) -> str:
+        """The file digests as JSON text, as the `code_files` column holds them."""
+        return canonical_json(self.files)
+
     def changes_since(self, earlier: dict[str, str] | None) -> list[str]:
         """The files added, removed or edited since `earlier` (None: nothing is known of it)."""
         if earlier is None:

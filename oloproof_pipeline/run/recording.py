@@ -78,7 +78,7 @@ def recording_row(run: RecordedRun, code: CodeFingerprint) -> dict[str, Any]:
     return {
         **run.model_dump(mode="json"),
         "code_fingerprint": code.digest,
-        "code_files": code.files,
+        "code_files": code.files_text,
         "recording_key": recording_key(run.case_digest, run.system_version, code.digest, run.recorded_by_run, run.status),
     }
 
@@ -101,8 +101,7 @@ def known_recordings(project: Project, version: str, journal: Journal, stored: p
     short). A journal wholly in the table is emptied, so the next rerun does not read it."""
     keys = stored_keys(stored, KEY_COLUMNS)
     journaled = unstored_journal_rows(journal, keys, KEY_COLUMNS)
-    if not journaled:
-        settle_journal(project.root, journal, keys, KEY_COLUMNS, wanted=lambda row: row.get("case_digest") in digests)
+    settle_journal(project.root, journal, journaled, keys, KEY_COLUMNS, wanted=lambda row: row.get("case_digest") in digests)
     return known_work(stored, journaled, RECORDED_RUNS_SCHEMA, RUN_NESTED)
 
 

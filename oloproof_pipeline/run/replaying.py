@@ -61,10 +61,6 @@ def fault_plans(project: Project) -> list[tuple[int, FaultPlan]]:
     return [(index, evaluator.fault_plan) for index, evaluator in project.evaluators_of(FaultRecovery)]
 
 
-def cache_key(case_digest: str, plan: FaultPlan, recorded_by_run: str | None) -> tuple[str, str, str | None]:
-    return case_digest, plan.digest, recorded_by_run
-
-
 def judging_digest(plan: FaultPlan) -> str:
     """The whole plan a stored outcome was judged under, and the judge's version: when the
     escalation tools change, stored replays are judged again (not replayed)."""
@@ -162,8 +158,7 @@ def known_replays(project: Project, version: str, digests: set[str]) -> pd.DataF
     stored = stored_table.whole(FAULT_REPLAYS_SCHEMA) if stored_table.exists else None
     keys = stored_keys(stored, ROW_COLUMNS)
     journaled = unstored_journal_rows(journal, keys, ROW_COLUMNS)
-    if not journaled:
-        settle_journal(project.root, journal, keys, ROW_COLUMNS, wanted=lambda row: row.get("case_digest") in digests)
+    settle_journal(project.root, journal, journaled, keys, ROW_COLUMNS, wanted=lambda row: row.get("case_digest") in digests)
     return known_work(stored, journaled, FAULT_REPLAYS_SCHEMA, FAULT_REPLAY_NESTED)
 
 

@@ -7,32 +7,15 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Hashable, Iterable, TypeVar
+from typing import Any, Callable, Iterable
 
 import pandas as pd
 import pyarrow as pa
-from pydantic import BaseModel
 
 from ..store.journal import Journal, sandbox_lock
 from ..store.tables import frame_from_rows
 
-Record = TypeVar("Record", bound=BaseModel)
 Row = dict[str, Any]
-
-
-def reusable(
-    stored: Iterable[Record],
-    journal: Journal,
-    model: type[Record],
-    *,
-    key: Callable[[Record], Hashable],
-    keep: Callable[[Record], bool],
-) -> dict[Hashable, Record]:
-    """Finished records by cache key: the stored table first, then the journal (a later line
-    replaces an earlier one of the same key); only those `keep` accepts."""
-    fields = set(model.model_fields)
-    journaled = [model.model_validate({name: value for name, value in row.items() if name in fields}) for row in journal.rows()]
-    return {key(record): record for record in [*stored, *journaled] if keep(record)}
 
 
 # -- the journal beside a stored table ---------------------------------------------------------
@@ -73,13 +56,14 @@ def journal_state(journal: Journal) -> tuple[int, int] | None:
     return status.st_size, status.st_mtime_ns
 
 
-def settle_journal(project_root: Path, journal: Journal, stored: set[tuple], key_columns: list[str], wanted: Callable[[Row], bool]) -> None:
-    """Empty the journal once the stored table holds every line still wanted, so a rerun never
-    reads it again. Journals are appended under the sandbox lock, so they are emptied under it
-    too (after reading them once more): a line a running recording adds is never lost."""
-    if not journal.path.exists():
-        return
-    if any(row_key_of(row, key_columns) not in stored and wanted(row) for row in journal.rows()):
+def settle_journal(
+    project_root: Path, journal: Journal, journaled: list[Row], stored: set[tuple], key_columns: list[str], wanted: Callable[[Row], bool]
+) -> None:
+    """Empty the journal once the stored table holds every line still wanted (`journaled`: the
+    lines it does not hold), so a rerun never reads it again. Journals are appended under the
+    sandbox lock, so they are emptied under it too, after reading them once more: a line a
+    running recording adds is never lost."""
+    if not journal.path.exists() or any(wanted(row) for row in journaled):
         return
     with sandbox_lock(project_root):
         if not any(row_key_of(row, key_columns) not in stored and wanted(row) for row in journal.rows()):

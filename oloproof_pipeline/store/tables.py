@@ -269,7 +269,7 @@ class StoredTable:
 
 
 CASE_NESTED = ("input", "initial_state", "expected", "metadata", "events")
-RUN_NESTED = ("output", "trajectory", "environment_state", "code_files")
+RUN_NESTED = ("output", "trajectory", "environment_state")
 VERDICT_NESTED = ("details",)
 GATE_NESTED = ("reasons", "gate_reasons")
 FAULT_REPLAY_NESTED = (
