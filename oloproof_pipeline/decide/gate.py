@@ -23,7 +23,7 @@ from ..model.outcomes import (
     exit_code_for,
 )
 from ..model.fingerprints import frame_digest
-from ..store.tables import GATE_NESTED, GATE_SCHEMA, models_to_frame, rows_from_frame
+from ..store.tables import GATE_NESTED, GATE_SCHEMA, models_to_frame, null_to_none, rows_from_frame
 from .statistics import BarKind, BlockingReason, RateEstimate, rate_from_outcomes, suite_size_to_decide
 from .validity import relation_transform, transform_blocking_reasons
 
@@ -213,7 +213,7 @@ def decide_release_gate(
     for rule in policy.rules:
         of_metric = verdicts[(verdicts["criterion"] == rule.metric) & ~verdicts["reason"].isin(STRUCTURAL_EXCLUSIONS)]
         evidence = rate_from_outcomes(
-            zip(of_metric["group_id"].tolist(), of_metric["outcome"].tolist()),
+            zip(null_to_none(of_metric["group_id"]), null_to_none(of_metric["outcome"])),
             confidence=policy.confidence_level,
             allow_approximate=policy.allow_approximate_methods,
             min_clusters=policy.min_clusters,

@@ -27,7 +27,7 @@ from ..model.digests import canonical_json
 from ..model.fingerprints import frame_digest
 from ..model.records import RecordedRun
 from ..model.slicing import SliceSpec, parse_slice_spec
-from ..store.tables import SLICES_SCHEMA, frame_from_rows, rows_from_frame
+from ..store.tables import SLICES_SCHEMA, frame_from_rows, null_to_none, rows_from_frame
 from .statistics import benjamini_yekutieli, exact_rate
 
 SLICE_FDR = 0.1
@@ -75,13 +75,13 @@ def facts_from_tables(cases: pd.DataFrame, runs: pd.DataFrame) -> dict[str, Case
     """Per case id, from the `case_id` and `metadata` columns of the cases and the `case_id`
     and `trajectory` columns of the recordings (JSON text): no case or run models needed."""
     counts: dict[str, tuple[int, int]] = {}
-    for case_id, text in zip(runs["case_id"].tolist(), runs["trajectory"].tolist()):
+    for case_id, text in zip(null_to_none(runs["case_id"]), null_to_none(runs["trajectory"])):
         if isinstance(text, str):
             steps = json.loads(text).get("steps") or []
             counts[case_id] = (sum(step.get("kind") == "tool_call" for step in steps), len(steps))
     return {
         case_id: CaseFacts(json.loads(metadata) if isinstance(metadata, str) else None, *counts.get(case_id, (None, None)))
-        for case_id, metadata in zip(cases["case_id"].tolist(), cases["metadata"].tolist())
+        for case_id, metadata in zip(null_to_none(cases["case_id"]), null_to_none(cases["metadata"]))
     }
 
 
@@ -174,7 +174,7 @@ def slice_rows_of(
         for criterion in criteria:
             of_criterion = judged[judged["criterion"] == criterion]
             outcomes_by_bucket: dict[str, Counter] = defaultdict(Counter)
-            for case_id, outcome in zip(of_criterion["case_id"].tolist(), of_criterion["outcome"].tolist()):
+            for case_id, outcome in zip(null_to_none(of_criterion["case_id"]), null_to_none(of_criterion["outcome"])):
                 outcomes_by_bucket[case_bucket(spec, facts.get(case_id, unknown))][outcome] += 1
             whole = sum(outcomes_by_bucket.values(), Counter())
             for bucket in _bucket_order(spec, outcomes_by_bucket):

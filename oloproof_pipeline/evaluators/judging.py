@@ -39,6 +39,7 @@ from ..store.tables import (
     frame_from_rows,
     null_to_none,
     replays_from_table,
+    rows_in_order,
 )
 from .base import Evaluator, JudgingContext
 from .python_grader import PythonGrader
@@ -94,15 +95,11 @@ def judge_cases(
 def replays_for_judging(frame: pd.DataFrame | None, runs: list[RecordedRun]) -> dict[tuple[str, str], FaultReplay]:
     """(case id, criterion) -> replay, keeping only replays of the recordings being judged."""
     recordings = {run.case_id: run for run in runs}
-    replays = {}
-    for replay in replays_from_table(frame):
-        recording = recordings.get(replay.case_id)
-        if recording is not None and (replay.case_digest, replay.recorded_by_run) == (
-            recording.case_digest,
-            recording.recorded_by_run,
-        ):
-            replays[(replay.case_id, replay.criterion)] = replay
-    return replays
+    return {
+        (replay.case_id, replay.criterion): replay
+        for replay in replays_from_table(frame)
+        if made_from(replay, recordings.get(replay.case_id))
+    }
 
 
 # -- cache keys -------------------------------------------------------------------------------
@@ -152,33 +149,76 @@ def replay_keys(replays: StoredTable) -> dict[tuple[str, str], str]:
     }
 
 
-def verdict_keys(project: Project, cases: pd.DataFrame, runs: StoredTable, replays: StoredTable, version: str) -> pd.DataFrame:
-    """One row per case and criterion, in case then evaluator order, with the cache key of
-    the verdict it should hold: `evaluator_digest`, `recording_key` and `inputs_key`."""
+@dataclass
+class WantedVerdicts:
+    """One entry per case and criterion, in case then evaluator order (entry = case position
+    times the number of evaluators plus the evaluator's): the cache key of the verdict it
+    should hold, as columns (arrays), for tables of any size."""
+
+    case_ids: np.ndarray
+    criteria: np.ndarray
+    evaluator_digests: np.ndarray
+    recording_keys: np.ndarray
+    inputs_keys: list[str]
+    evaluators: int
+
+    def __len__(self) -> int:
+        return len(self.inputs_keys)
+
+    def frame(self, entries: np.ndarray) -> pd.DataFrame:
+        """The entries as rows: their place, case, criterion and keys."""
+        return pd.DataFrame(
+            {
+                "case_position": entries // max(self.evaluators, 1),
+                "evaluator_position": entries % max(self.evaluators, 1),
+                "case_id": self.case_ids[entries],
+                "criterion": self.criteria[entries],
+                "evaluator_digest": self.evaluator_digests[entries],
+                "recording_key": self.recording_keys[entries],
+                "inputs_key": [self.inputs_keys[entry] for entry in entries],
+            }
+        )
+
+
+def verdict_keys(project: Project, cases: pd.DataFrame, runs: StoredTable, replays: StoredTable, version: str) -> WantedVerdicts:
+    """The cache key each verdict should hold: its evaluator's digest, its case's recording, a
+    copy's source recording and the replay it judges, joined into one `inputs_key`."""
     recordings = recording_keys(runs, version)
     replayed = replay_keys(replays)
     case_ids = null_to_none(cases["case_id"])
     own = [recordings.get(case_id) for case_id in case_ids]
     source = [recordings.get(source_id) if source_id else None for source_id in null_to_none(cases["source_id"])]
-    frames = []
-    for position, (evaluator, digest) in enumerate(zip(project.evaluators, evaluator_digests(project))):
-        criterion = evaluator.criterion
-        inputs = [
-            row_key("verdict", digest, recording, source_recording, replayed.get((case_id, criterion)))
-            for case_id, recording, source_recording in zip(case_ids, own, source)
-        ]
-        frames.append(
-            pd.DataFrame(
-                {
-                    "case_position": cases.index, "evaluator_position": position, "case_id": case_ids,
-                    "criterion": criterion, "evaluator_digest": digest, "recording_key": own, "inputs_key": inputs,
-                }
-            )
-        )
-    if not frames:
-        return pd.DataFrame(columns=["case_position", "evaluator_position", "case_id", "criterion", "evaluator_digest",
-                                     "recording_key", "inputs_key"])
-    return pd.concat(frames, ignore_index=True)
+    criteria = [evaluator.criterion for evaluator in project.evaluators]
+    digests = evaluator_digests(project)
+    inputs = [
+        row_key("verdict", digest, recording, source_recording, replayed.get((case_id, criterion)))
+        for case_id, recording, source_recording in zip(case_ids, own, source)
+        for criterion, digest in zip(criteria, digests)
+    ]
+    count = len(criteria)
+    return WantedVerdicts(
+        case_ids=np.repeat(np.array(case_ids, dtype=object), count),
+        criteria=np.tile(np.array(criteria, dtype=object), len(case_ids)),
+        evaluator_digests=np.tile(np.array(digests, dtype=object), len(case_ids)),
+        recording_keys=np.repeat(np.array(own, dtype=object), count),
+        inputs_keys=inputs,
+        evaluators=count,
+    )
+
+
+def stored_positions(wanted: WantedVerdicts, stored: StoredTable) -> np.ndarray:
+    """Per wanted entry, the row of the stored verdicts for the same case and criterion (-1:
+    none). A table that lines up with the wanted entries (a rerun with the same cases and
+    evaluators) is matched by position, without building an index of it."""
+    if not stored.exists or not len(stored):
+        return np.full(len(wanted), -1)
+    previous = stored.columns("case_id", "criterion")
+    if len(previous) == len(wanted) and (
+        previous["case_id"].to_numpy(dtype=object) == wanted.case_ids
+    ).all() and (previous["criterion"].to_numpy(dtype=object) == wanted.criteria).all():
+        return np.arange(len(wanted))
+    at = {key: position for position, key in enumerate(zip(null_to_none(previous["case_id"]), null_to_none(previous["criterion"])))}
+    return np.array([at.get(key, -1) for key in zip(wanted.case_ids.tolist(), wanted.criteria.tolist())], dtype=np.int64)
 
 
 # -- what is reused, what is judged -------------------------------------------------------------
@@ -204,21 +244,25 @@ class VerdictSummary:
         ]
 
 
-def why_judged(wanted: pd.DataFrame, stored: pd.DataFrame, summary: VerdictSummary) -> None:
+def why_judged(wanted: WantedVerdicts, entries: np.ndarray, positions: np.ndarray, stored: StoredTable, summary: VerdictSummary) -> None:
     """Per verdict judged now, why no stored verdict could be reused."""
-    known_criteria = set(stored["criterion"])
-    for row in rows_of(wanted, ["criterion", "stored_key", "stored_evaluator", "stored_recording", "evaluator_digest", "recording_key"]):
-        if pd.isna(row.stored_key):
-            reason = "new case" if row.criterion in known_criteria or not known_criteria else "new evaluator"
-            summary.why[(row.criterion, JUDGED, reason)] += 1
+    known_criteria = set(stored.columns("criterion")["criterion"].unique().tolist()) if stored.exists else set()
+    stored_keys = stored.columns("evaluator_digest", "recording_key") if stored.exists else None
+    evaluator_digests = null_to_none(stored_keys["evaluator_digest"]) if stored_keys is not None else []
+    recordings = null_to_none(stored_keys["recording_key"]) if stored_keys is not None else []
+    for entry in entries.tolist():
+        criterion, position = wanted.criteria[entry], int(positions[entry])
+        if position < 0:
+            reason = "new case" if criterion in known_criteria or not known_criteria else "new evaluator"
+            summary.why[(criterion, JUDGED, reason)] += 1
             continue
-        if row.stored_evaluator != row.evaluator_digest:
+        if evaluator_digests[position] != wanted.evaluator_digests[entry]:
             reason = "evaluator changed"
-        elif row.stored_recording != row.recording_key:
+        elif recordings[position] != wanted.recording_keys[entry]:
             reason = "recording changed"
         else:
             reason = "fault replay or the source's recording changed"
-        summary.why[(row.criterion, REJUDGED, reason)] += 1
+        summary.why[(criterion, REJUDGED, reason)] += 1
 
 
 def judge_verdict_table(
@@ -235,32 +279,23 @@ def judge_verdict_table(
     case and criterion judged now. In case then evaluator order."""
     case_keys = cases.columns("case_id", "source_id", "group_id")
     wanted = verdict_keys(project, case_keys, runs, replays, version)
-    previous = stored.columns("case_id", "criterion", "inputs_key", "evaluator_digest", "recording_key") if stored.exists else (
-        pd.DataFrame(columns=["case_id", "criterion", "inputs_key", "evaluator_digest", "recording_key"])
-    )
-    previous = previous.assign(stored_position=np.arange(len(previous))).drop_duplicates(["case_id", "criterion"], keep="last")
-    wanted = wanted.merge(
-        previous.rename(columns={"inputs_key": "stored_key", "evaluator_digest": "stored_evaluator", "recording_key": "stored_recording"}),
-        on=["case_id", "criterion"], how="left",
-    )
-    reuse = wanted["stored_key"].notna() & (wanted["stored_key"] == wanted["inputs_key"])
+    positions = stored_positions(wanted, stored)
+    reuse = positions >= 0
+    if reuse.any():
+        stored_inputs = stored.columns("inputs_key")["inputs_key"].to_numpy(dtype=object)
+        reuse[reuse] = stored_inputs[positions[reuse]] == np.array(wanted.inputs_keys, dtype=object)[reuse]
     summary = VerdictSummary(reused=int(reuse.sum()))
-    to_judge = wanted[~reuse]
-    why_judged(to_judge, previous, summary)
-    new = judge_wanted(project, cases, runs, replays, to_judge, case_keys, version=version, judged_by_run=judged_by_run)
-    summary.judged = len(to_judge)
-    summary.judged_by_criterion.update(to_judge["criterion"].tolist())
-    frames = []
-    if len(new):
-        frames.append(new.merge(to_judge[["case_id", "criterion", "case_position", "evaluator_position"]], on=["case_id", "criterion"]))
-    reused = wanted[reuse]
+    entries = np.flatnonzero(~reuse)
+    why_judged(wanted, entries, positions, stored, summary)
+    to_judge = wanted.frame(entries)
+    new, new_slots = judge_wanted(project, cases, runs, replays, to_judge, case_keys, version=version, judged_by_run=judged_by_run)
+    summary.judged = len(entries)
+    summary.judged_by_criterion.update(null_to_none(to_judge["criterion"]))
+    reused = np.flatnonzero(reuse)
+    parts = [(new, range(len(new)), new_slots)]
     if len(reused):
-        rows = stored.whole(VERDICTS_SCHEMA).iloc[reused["stored_position"].astype(int).to_numpy()].reset_index(drop=True)
-        frames.append(rows.assign(case_position=reused["case_position"].to_numpy(), evaluator_position=reused["evaluator_position"].to_numpy()))
-    if not frames:
-        return frame_from_rows([], VERDICTS_SCHEMA, VERDICT_NESTED), summary
-    combined = pd.concat(frames, ignore_index=True).sort_values(["case_position", "evaluator_position"], kind="stable")
-    return combined.reset_index(drop=True)[VERDICTS_SCHEMA.names], summary
+        parts.append((stored.whole(VERDICTS_SCHEMA), positions[reused], reused))
+    return rows_in_order(parts, VERDICTS_SCHEMA), summary
 
 
 def judge_wanted(
@@ -273,26 +308,32 @@ def judge_wanted(
     *,
     version: str,
     judged_by_run: str,
-) -> pd.DataFrame:
-    """Verdict rows for the (case, criterion) pairs of `to_judge`, a chunk of clusters at a time."""
+) -> tuple[pd.DataFrame, list[int]]:
+    """Verdict rows for the (case, criterion) pairs of `to_judge`, a chunk of clusters at a
+    time; and each row's place in the table (case, then evaluator)."""
     batches = RowBatches(VERDICTS_SCHEMA, VERDICT_NESTED)
+    slots: list[int] = []
     if to_judge.empty:
-        return batches.frame()
+        return batches.frame(), slots
     groups = case_keys["group_id"].to_numpy()
     run_positions = {case_id: position for position, case_id in enumerate(null_to_none(runs.columns("case_id")["case_id"]))}
     replay_positions = replay_rows(replays, to_judge)
     pairs = to_judge.assign(group=groups[to_judge["case_position"].to_numpy()])
-    chunk_of = {group: index // CLUSTERS_PER_CHUNK for index, group in enumerate(dict.fromkeys(pairs["group"].tolist()))}
+    chunk_of = {group: index // CLUSTERS_PER_CHUNK for index, group in enumerate(dict.fromkeys(null_to_none(pairs["group"])))}
     for _, chunk in pairs.groupby(pairs["group"].map(chunk_of), sort=True):
         positions = sorted(set(chunk["case_position"]))
         chunk_cases = case_models(cases, positions)
         needed_runs = {case.case_id for case in chunk_cases.values()} | {
             case.source_id for case in chunk_cases.values() if case.source_id
         }
+        recordings = run_models(runs, sorted(run_positions[case_id] for case_id in needed_runs if case_id in run_positions))
+        chunk_replays = replay_models(
+            replays, [replay_positions[key] for key in zip(null_to_none(chunk["case_id"]), null_to_none(chunk["criterion"])) if key in replay_positions]
+        )
         context = JudgingContext(
             cases={case.case_id: case for case in chunk_cases.values()},
-            recordings=run_models(runs, sorted(run_positions[case_id] for case_id in needed_runs if case_id in run_positions)),
-            replays=replay_models(replays, [replay_positions[key] for key in zip(chunk["case_id"].tolist(), chunk["criterion"].tolist()) if key in replay_positions]),
+            recordings=recordings,
+            replays={key: replay for key, replay in chunk_replays.items() if made_from(replay, recordings.get(key[0]))},
         )
         evaluators = project.evaluators
         for pair in rows_of(chunk, ["case_position", "evaluator_position", "evaluator_digest", "recording_key", "inputs_key"]):
@@ -300,7 +341,13 @@ def judge_wanted(
             verdict = evaluators[pair.evaluator_position].judge_case(case, context)
             row = verdict_row(verdict, case, context, version, judged_by_run)
             batches.add({**row, "evaluator_digest": pair.evaluator_digest, "recording_key": pair.recording_key, "inputs_key": pair.inputs_key})
-    return batches.frame()
+            slots.append(pair.case_position * len(evaluators) + pair.evaluator_position)
+    return batches.frame(), slots
+
+
+def made_from(replay: FaultReplay, recording: RecordedRun | None) -> bool:
+    """Whether a stored replay was made from this recording (else it is no evidence here)."""
+    return recording is not None and (replay.case_digest, replay.recorded_by_run) == (recording.case_digest, recording.recorded_by_run)
 
 
 def replay_rows(replays: StoredTable, to_judge: pd.DataFrame) -> dict[tuple[str, str], int]:
@@ -308,8 +355,8 @@ def replay_rows(replays: StoredTable, to_judge: pd.DataFrame) -> dict[tuple[str,
     if not replays.exists or not len(replays):
         return {}
     keys = replays.columns("case_id", "criterion")
-    wanted = set(zip(to_judge["case_id"].tolist(), to_judge["criterion"].tolist()))
-    return {key: position for position, key in enumerate(zip(keys["case_id"].tolist(), keys["criterion"].tolist())) if key in wanted}
+    wanted = set(zip(null_to_none(to_judge["case_id"]), null_to_none(to_judge["criterion"])))
+    return {key: position for position, key in enumerate(zip(null_to_none(keys["case_id"]), null_to_none(keys["criterion"]))) if key in wanted}
 
 
 def case_models(cases: StoredTable, positions: list[int]) -> dict[int, CaseRecord]:

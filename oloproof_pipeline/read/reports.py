@@ -6,6 +6,7 @@ import html
 import json
 import uuid
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -92,7 +93,13 @@ document.getElementById('search').addEventListener('input', function (event) {
 
 
 def _text(value: Any) -> str:
-    return html.escape("" if value is None else str(value))
+    return _escaped("" if value is None else str(value))
+
+
+@lru_cache(maxsize=65536)
+def _escaped(text: str) -> str:
+    """Run ids, criteria and outcomes repeat on every row of a large report: escaped once each."""
+    return html.escape(text)
 
 
 def _json(value: Any) -> str:

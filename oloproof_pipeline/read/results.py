@@ -39,29 +39,35 @@ class VersionResults:
     _case_at: dict[str, int] = field(init=False, repr=False)
     _run_at: dict[str, int] = field(init=False, repr=False)
     _verdicts_at: dict[str, Any] = field(init=False, repr=False)
-    _lists: dict[tuple[int, str], list[Any]] = field(init=False, repr=False, default_factory=dict)
+    # Per table (by id): its column names, and each column read so far as a list.
+    _names: dict[int, list[str]] = field(init=False, repr=False, default_factory=dict)
+    _lists: dict[int, dict[str, list[Any]]] = field(init=False, repr=False, default_factory=dict)
 
     def __post_init__(self) -> None:
-        self._case_at = {case_id: position for position, case_id in enumerate(self.case_table["case_id"].tolist())}
+        self._case_at = {case_id: position for position, case_id in enumerate(null_to_none(self.case_table["case_id"]))}
         runs = self.run_table
-        self._run_at = {} if runs is None else {case_id: position for position, case_id in enumerate(runs["case_id"].tolist())}
+        self._run_at = {} if runs is None else {case_id: position for position, case_id in enumerate(null_to_none(runs["case_id"]))}
         verdicts = self.verdict_table
         self._verdicts_at = {} if verdicts.empty else verdicts.groupby("case_id", sort=False).indices
 
-    def _column(self, frame: pd.DataFrame, name: str) -> list[Any]:
-        """A column as a list (nulls as None), made once per table."""
-        key = (id(frame), name)
-        if key not in self._lists:
-            self._lists[key] = null_to_none(frame[name])
-        return self._lists[key]
+    def _columns(self, frame: pd.DataFrame, names: Iterable[str] | None) -> list[tuple[str, list[Any]]]:
+        """The named columns (else all) as lists, nulls as None: each made once per table."""
+        lists = self._lists.setdefault(id(frame), {})
+        if names is None:
+            if id(frame) not in self._names:
+                self._names[id(frame)] = list(frame.columns)
+            names = self._names[id(frame)]
+        for name in names:
+            if name not in lists:
+                lists[name] = null_to_none(frame[name])
+        return [(name, lists[name]) for name in names]
 
     def _row(self, frame: pd.DataFrame, position: int, nested: tuple[str, ...], names: Iterable[str] | None = None) -> dict[str, Any]:
         """One row as plain data (of `names`, else every column), JSON text parsed."""
-        row = {}
-        for name in frame.columns if names is None else names:
-            value = self._column(frame, name)[position]
-            row[name] = from_json_text(value) if name in nested else value
-        return row
+        return {
+            name: from_json_text(values[position]) if name in nested else values[position]
+            for name, values in self._columns(frame, names)
+        }
 
     @property
     def case_ids(self) -> list[str]:
@@ -190,7 +196,7 @@ def compared_paths(verdict: dict[str, Any]) -> list[dict[str, Any]]:
 def outcome_counts(verdicts: pd.DataFrame) -> dict[str, dict[str, int]]:
     """criterion -> {PASS, FAIL, MISSING, EXCLUDED} counts, for metadata and reports."""
     counts: dict[str, dict[str, int]] = {}
-    for criterion, outcome in zip(verdicts["criterion"].tolist(), verdicts["outcome"].tolist()):
+    for criterion, outcome in zip(null_to_none(verdicts["criterion"]), null_to_none(verdicts["outcome"])):
         counts.setdefault(criterion, Counter())[outcome] += 1
     return {
         criterion: {outcome: int(tally.get(outcome, 0)) for outcome in OUTCOMES}

@@ -30,7 +30,10 @@ from ..store.tables import (
     RowBatches,
     StoredTable,
     case_table,
+    null_to_none,
+    rows_in_order,
     rows_of,
+    with_values,
     runs_from_table,
 )
 from .reuse import WorkCounts, journal_state, known_work, settle_journal, stored_keys, unstored_journal_rows
@@ -107,9 +110,10 @@ def known_recordings(project: Project, version: str, journal: Journal, stored: p
 
 def plan_recordings(cases: pd.DataFrame, known: pd.DataFrame, version: str, code: CodeFingerprint, fresh: bool) -> RecordingPlan:
     """Reuse a known clean recording of the same case digest, version and code; else record."""
-    usable = known[(known["status"] == OK) & (known["system_version"] == version) & (known["code_fingerprint"] == code.digest)]
-    latest = usable.drop_duplicates("case_digest", keep="last")
-    reuse = cases["case_digest"].map(pd.Series(latest.index, index=latest["case_digest"]))
+    usable = (known["status"] == OK) & (known["system_version"] == version) & (known["code_fingerprint"] == code.digest)
+    digests = known.loc[usable.fillna(False).to_numpy(dtype=bool), "case_digest"]
+    latest = digests[~digests.duplicated(keep="last")]
+    reuse = cases["case_digest"].map(pd.Series(latest.index, index=latest.to_numpy()))
     if fresh:
         reuse[:] = float("nan")
     to_record = [int(position) for position in reuse.index[reuse.isna()]]
@@ -121,7 +125,8 @@ def why_recorded(cases: pd.DataFrame, plan: RecordingPlan, code: CodeFingerprint
     if fresh:
         summary.because(RERECORDED, "--fresh asked for every case", len(plan.to_record))
         return
-    last = plan.known.drop_duplicates("case_digest", keep="last")[["case_digest", "status", "code_fingerprint", "code_files"]]
+    columns = plan.known[["case_digest", "status", "code_fingerprint", "code_files"]]
+    last = columns[~columns["case_digest"].duplicated(keep="last")]
     todo = cases.iloc[plan.to_record].merge(last, on="case_digest", how="left", indicator="found")
     known_ids = set(plan.known["case_id"])
     changes: dict[Any, str] = {}
@@ -221,17 +226,13 @@ def recorded_table(keys: pd.DataFrame, plan: RecordingPlan, new: pd.DataFrame) -
     """One row per case, in case order: its new recording, or the stored one it reuses, filed
     under this case's id (two cases may share a digest, e.g. identical rows, and each needs
     its own row)."""
-    reused_positions = plan.reuse.dropna()
-    reused = plan.known.loc[reused_positions.astype(int).to_numpy()].reset_index(drop=True)
-    reused["case_id"] = keys["case_id"].iloc[reused_positions.index].to_numpy()
-    reused["_order"] = reused_positions.index.to_numpy()
-    by_id = dict(zip(keys["case_id"].tolist(), keys.index))
-    new = new.assign(_order=new["case_id"].map(by_id).to_numpy())
-    frames = [frame for frame in (reused, new) if not frame.empty]
-    if not frames:
-        return new.drop(columns="_order")
-    combined = pd.concat(frames, ignore_index=True).sort_values("_order", kind="stable")
-    return combined.drop(columns="_order").reset_index(drop=True)[RECORDED_RUNS_SCHEMA.names]
+    reused = plan.reuse.dropna()
+    by_id = dict(zip(null_to_none(keys["case_id"]), keys.index))
+    table = rows_in_order(
+        [(plan.known, reused.astype(int), reused.index), (new, range(len(new)), [by_id[case_id] for case_id in null_to_none(new["case_id"])])],
+        RECORDED_RUNS_SCHEMA,
+    )
+    return with_values(table, "case_id", null_to_none(keys["case_id"]))
 
 
 def record_cases(

@@ -39,7 +39,10 @@ from ..store.tables import (
     RowBatches,
     StoredTable,
     case_table,
+    null_to_none,
     recorded_runs_table,
+    rows_in_order,
+    with_values,
 )
 from .. import __version__
 from .recording import check_partition_is_current_version
@@ -166,9 +169,10 @@ def reusable_rows(candidates: pd.DataFrame, known: pd.DataFrame, version: str) -
     """Per candidate, the known row it reuses (NaN: none): the same case digest, plan and
     recording, replayed to the end (or decided with no replay at all)."""
     finished = (known["control_status"] == "ok") & (known["faulted_status"] == "ok")
-    usable = known[(known["system_version"] == version) & (finished | known["replayed_by_run"].isna())]
-    latest = usable.drop_duplicates(CACHE_COLUMNS, keep="last")
-    index = pd.Series(latest.index, index=pd.MultiIndex.from_frame(latest[CACHE_COLUMNS]))
+    usable = (known["system_version"] == version) & (finished | known["replayed_by_run"].isna())
+    keys = known.loc[usable.fillna(False).to_numpy(dtype=bool), CACHE_COLUMNS]
+    latest = keys[~keys.duplicated(keep="last")]
+    index = pd.Series(latest.index, index=pd.MultiIndex.from_frame(latest))
     wanted = pd.MultiIndex.from_frame(candidates[CACHE_COLUMNS])
     return pd.Series(index.reindex(wanted).to_numpy(), index=candidates.index, dtype=float)
 
@@ -223,8 +227,9 @@ def plan_replays(
 def why_replayed(work: ReplayWork) -> None:
     """Name, per replay still to run, why no stored replay of it could be reused."""
     known, summary = work.known, work.summary
-    same_replay = known.drop_duplicates(CACHE_COLUMNS[:2], keep="last").set_index(CACHE_COLUMNS[:2])
-    same_case = set(zip(known["case_id"].tolist(), known["criterion"].tolist()))
+    columns = known[[*CACHE_COLUMNS, "control_status", "faulted_status"]]
+    same_replay = columns[~columns[CACHE_COLUMNS[:2]].duplicated(keep="last")].set_index(CACHE_COLUMNS[:2])
+    same_case = set(zip(null_to_none(known["case_id"]), null_to_none(known["criterion"])))
     criteria = set(known["criterion"])
     for item in work.pending:
         row = work.candidates.loc[item.position]
@@ -335,16 +340,14 @@ def replay_table(work: ReplayWork) -> pd.DataFrame:
     positions = sorted(work.decided)
     for position in positions:
         decided.add({**work.decided[position].model_dump(mode="json"), "judging_digest": work.candidates.at[position, "judging_digest"]})
-    frames = [decided.frame().assign(_order=positions)]
     reused = work.reuse.dropna().astype(int)
     reused = reused[[position not in work.decided for position in reused.index]]
-    if len(reused):
-        rows = work.known.loc[reused.to_numpy()].reset_index(drop=True)
-        for column in ("case_id", "criterion"):
-            rows[column] = work.candidates.loc[reused.index, column].to_numpy()
-        frames.append(rows.assign(_order=reused.index.to_numpy()))
-    combined = pd.concat([frame for frame in frames if not frame.empty] or frames[:1], ignore_index=True)
-    return combined.sort_values("_order", kind="stable").drop(columns="_order").reset_index(drop=True)[FAULT_REPLAYS_SCHEMA.names]
+    table = rows_in_order(
+        [(work.known, reused, reused.index), (decided.frame(), range(len(positions)), positions)], FAULT_REPLAYS_SCHEMA
+    )
+    for column in ("case_id", "criterion"):
+        table = with_values(table, column, null_to_none(work.candidates[column]))
+    return table
 
 
 def worker_failed(item: PendingReplay, error: Exception, version: str, run_id: str) -> FaultReplay:

@@ -13,7 +13,7 @@ import pandas as pd
 import pyarrow as pa
 
 from ..store.journal import Journal, sandbox_lock
-from ..store.tables import frame_from_rows
+from ..store.tables import frame_from_rows, null_to_none
 
 Row = dict[str, Any]
 
@@ -24,7 +24,7 @@ Row = dict[str, Any]
 def stored_keys(frame: pd.DataFrame | None, columns: list[str]) -> set[tuple]:
     if frame is None or frame.empty:
         return set()
-    return set(zip(*(frame[column].tolist() for column in columns)))
+    return set(zip(*(null_to_none(frame[column]) for column in columns)))
 
 
 def row_key_of(row: Row, columns: list[str]) -> tuple:
@@ -39,11 +39,10 @@ def unstored_journal_rows(journal: Journal, stored: set[tuple], key_columns: lis
 
 def known_work(stored: pd.DataFrame | None, journaled: list[Row], schema: pa.Schema, nested: Iterable[str]) -> pd.DataFrame:
     """The stored table, then the journal's own lines (later lines win where keys repeat)."""
-    frames = [frame for frame in (stored, frame_from_rows(journaled, schema, nested) if journaled else None) if frame is not None]
-    if not frames:
-        return frame_from_rows([], schema, nested)
-    known = pd.concat([frame.reindex(columns=schema.names) for frame in frames], ignore_index=True)
-    return known
+    if not journaled:
+        return frame_from_rows([], schema, nested) if stored is None else stored
+    frames = [frame for frame in (stored, frame_from_rows(journaled, schema, nested)) if frame is not None]
+    return pd.concat([frame.reindex(columns=schema.names) for frame in frames], ignore_index=True)
 
 
 def journal_state(journal: Journal) -> tuple[int, int] | None:

@@ -6,10 +6,12 @@ Nested values are stored as JSON text so every column is a plain Parquet type.
 from __future__ import annotations
 
 import json
+import os
 from collections import namedtuple
 from pathlib import Path
 from typing import Any, Iterable, Iterator, TypeVar
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -22,6 +24,11 @@ from ..model.records import RecordedRun
 from ..model.transforms import DerivedCaseRecord
 
 TEXT, FLOAT, INT, BOOL = pa.string(), pa.float64(), pa.int64(), pa.bool_()
+
+# Arrow's default pool (mimalloc) keeps what it freed in per-thread arenas, so reading a few
+# tables in turn costs their sum; the system allocator hands it back (unless a user chose).
+if "ARROW_DEFAULT_MEMORY_POOL" not in os.environ:
+    pa.set_memory_pool(pa.system_memory_pool())
 
 CASES_SCHEMA = pa.schema(
     [
@@ -186,7 +193,37 @@ def models_from_frame(frame: pd.DataFrame | None, model: type[Model], nested: It
 
 def null_to_none(values: pd.Series) -> list[Any]:
     """A column as a list, nulls (None, NaN) as None."""
-    return [None if value is None or value != value else value for value in values.tolist()]
+    return values.to_numpy(dtype=object, na_value=None).tolist()
+
+
+def rows_in_order(parts: list[tuple[pd.DataFrame, Any, Any]], schema: pa.Schema) -> pd.DataFrame:
+    """A table assembled from parts, each `(frame, positions, slots)`: the frame's rows at
+    `positions` become the output's rows at `slots` (together, 0 to n-1). A part that is the
+    whole output already, in order (a rerun that changed nothing), is returned as it is: a
+    large stored table is not copied to be written back unchanged."""
+    columns = schema.names
+    parts = [(frame, np.asarray(positions, dtype=np.int64), np.asarray(slots, dtype=np.int64)) for frame, positions, slots in parts]
+    parts = [part for part in parts if len(part[1])]
+    if not parts:
+        return frame_from_rows([], schema)
+    if len(parts) == 1:
+        frame, positions, slots = parts[0]
+        whole = np.arange(len(frame))
+        if len(positions) == len(frame) and (positions == whole).all() and (slots == whole).all():
+            return frame if list(frame.columns) == columns else frame.reindex(columns=columns)
+    pieces = [frame.reindex(columns=columns).iloc[positions] for frame, positions, _ in parts]
+    combined = pd.concat(pieces, ignore_index=True) if len(pieces) > 1 else pieces[0].reset_index(drop=True)
+    slots = np.concatenate([slots for _, _, slots in parts])
+    return combined.iloc[np.argsort(slots, kind="stable")].reset_index(drop=True)
+
+
+def with_values(frame: pd.DataFrame, column: str, values: Any) -> pd.DataFrame:
+    """`frame` with `column` set to `values`, copied only if they differ (a frame returned as
+    stored must not change under whoever else holds it)."""
+    values = list(values)
+    if null_to_none(frame[column]) == values:
+        return frame
+    return frame.assign(**{column: pd.Series(values, index=frame.index, dtype=frame[column].dtype)})
 
 
 def rows_of(frame: pd.DataFrame, names: list[str]) -> Iterator[Any]:
