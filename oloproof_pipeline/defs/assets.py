@@ -46,6 +46,9 @@ from ..model.fingerprints import code_versions, copies_inputs_digest
 from ..model.transforms import derive_cases
 from ..read import compare as comparison
 from ..read.reports import (
+    PANEL_CASE_FIELDS,
+    PANEL_RUN_FIELDS,
+    PANEL_VERDICT_FIELDS,
     REPORTED_CASE_COLUMNS,
     REPORTED_RUN_COLUMNS,
     REPORTED_VERDICT_COLUMNS,
@@ -92,10 +95,10 @@ def write_report(project: Project, stored: dict[str, StoredTable], version: str,
     path = report_path(project.root, version)
     if report_is_current(path, inputs_digest):
         return path, False
-    results = results_from_tables(
-        version, cases=stored["cases"].whole(tables.CASES_SCHEMA), derived_cases=None,
-        recorded_runs=runs.whole(tables.RECORDED_RUNS_SCHEMA) if runs.exists else None,
-        verdicts=verdicts.whole(tables.VERDICTS_SCHEMA), gate=gate, slices=slices,
+    results = results_from_tables(  # only the columns a report shows are read
+        version, cases=stored["cases"].columns("case_id", *PANEL_CASE_FIELDS), derived_cases=None,
+        recorded_runs=runs.columns("case_id", *PANEL_RUN_FIELDS) if runs.exists else None,
+        verdicts=verdicts.columns(*PANEL_VERDICT_FIELDS), gate=gate, slices=slices,
     )
     return write_html_report(project.root, results, project.name, inputs_digest=inputs_digest), True
 

@@ -9,7 +9,11 @@ from pathlib import Path
 from dagster import DagsterEventType, DagsterInstance
 
 from ..model.cases import load_cases
+from ..model.config import Project
+from ..model.fingerprints import copies_inputs_digest
 from ..model.transforms import derive_cases
+from ..store.layout import read_table
+from ..store.tables import case_table, reusable_copies
 from ..project import load_project
 from ..run.system import current_system_version
 from . import EVALUATE_JOB, build_definitions, versions_partitions
@@ -53,7 +57,7 @@ def run_evaluation(
     one-line error it is, before any run starts (the metamorphic copies and their labels too).
     """
     project = load_project(project_root)
-    derive_cases(project, load_cases(project))
+    validate_cases(project)
     version = current_system_version(project)
     instance = instance or project_instance(project.root)
     definitions = build_definitions(project.root)
@@ -80,6 +84,16 @@ def why_lines(result) -> list[str]:
             reasons = event.event_specific_data.materialization.metadata.get("why")
             lines.extend(reasons.value if reasons is not None else [])
     return lines
+
+
+def validate_cases(project: Project) -> None:
+    """The cases, and their copies and labels, as the run will read them: a bad file fails
+    here, before the run. Copies stored from these very inputs were derived without error,
+    so they are not derived again just to check."""
+    cases = load_cases(project)
+    stored = read_table(project.root, "derived_cases")
+    if stored is None or reusable_copies(stored, copies_inputs_digest(project, case_table(cases))) is None:
+        derive_cases(project, cases)
 
 
 def step_errors(result) -> list[str]:

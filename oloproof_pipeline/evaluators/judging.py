@@ -46,7 +46,7 @@ from .python_grader import PythonGrader
 
 # Clusters (a source and its copies) judged together: a copy is judged against its source's
 # recording, and the models of one chunk are dropped before the next is parsed.
-CLUSTERS_PER_CHUNK = 1000
+CLUSTERS_PER_CHUNK = 250
 JUDGED, REJUDGED = "judged", "re-judged"
 
 

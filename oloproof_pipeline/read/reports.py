@@ -40,9 +40,10 @@ class CasePanel:
         return any(verdict["outcome"] in (FAIL, MISSING) for verdict in self.verdicts)
 
 
-# What a panel shows of the case and of its recording (nothing else of them is decoded).
+# What a panel shows of the case, its recording and its verdicts (nothing else is decoded).
 PANEL_CASE_FIELDS = ("input",)
 PANEL_RUN_FIELDS = ("output", "status", "error", "trajectory")
+PANEL_VERDICT_FIELDS = ("case_id", "criterion", "outcome", "reason", "details", "recorded_by_run", "replayed_by_run", "judged_by_run")
 
 
 def case_panel(results: VersionResults, case_id: str) -> CasePanel | None:
@@ -50,7 +51,7 @@ def case_panel(results: VersionResults, case_id: str) -> CasePanel | None:
     if case is None:
         return None
     recording = results.recording(case_id, PANEL_RUN_FIELDS) or {}
-    verdicts = results.verdicts_of(case_id)
+    verdicts = results.verdicts_of(case_id, PANEL_VERDICT_FIELDS)
     state_rows = [
         {**row, "criterion": verdict["criterion"]} for verdict in verdicts for row in compared_paths(verdict)
     ]

@@ -84,9 +84,9 @@ class VersionResults:
             return None
         return self._row(self.run_table, position, RUN_NESTED, names)
 
-    def verdicts_of(self, case_id: str) -> list[dict[str, Any]]:
+    def verdicts_of(self, case_id: str, names: Iterable[str] | None = None) -> list[dict[str, Any]]:
         positions = self._verdicts_at.get(case_id, ())
-        return [self._row(self.verdict_table, int(position), VERDICT_NESTED) for position in positions]
+        return [self._row(self.verdict_table, int(position), VERDICT_NESTED, names) for position in positions]
 
     @property
     def cases(self) -> list[dict[str, Any]]:

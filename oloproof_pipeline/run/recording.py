@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pandas as pd
 
@@ -45,6 +45,8 @@ TABLE = "recorded_runs"
 KEY_COLUMNS = ["case_digest", "recorded_by_run"]
 OK = "ok"
 RECORDED, RERECORDED = "recorded", "re-recorded"
+# Cases turned into models at a time, as they are handed to the sandboxes.
+MODELS_AT_ONCE = 500
 
 
 @dataclass
@@ -181,13 +183,13 @@ def record_case_table(
     stored_table = StoredTable(table_path(project.root, TABLE, version))
     stored = stored_table.whole(RECORDED_RUNS_SCHEMA) if stored_table.exists else None
     digests = set(keys["case_digest"])
+    seen = journal_state(journal)  # before reading it: any line added from now on is noticed
     known = known_recordings(project, version, journal, stored, digests)
     plan = plan_recordings(keys, known, version, code, fresh)
     summary = RecordingSummary()
     new_rows = RowBatches(RECORDED_RUNS_SCHEMA, RUN_NESTED)
     if plan.to_record:
         check_partition_is_current_version(project, version)
-        seen = journal_state(journal)
         with sandbox_lock(project.root):
             if not fresh and journal_state(journal) != seen:
                 # A run that held the sandbox before us recorded some already.
@@ -216,10 +218,12 @@ def record_case_table(
     return frame, summary
 
 
-def case_records(cases: StoredTable, positions: list[int]) -> list[CaseRecord]:
-    """The cases at `positions`, as models (only these are ever parsed)."""
-    rows = cases.rows(positions, CASES_SCHEMA.names, CASE_NESTED)
-    return [CaseRecord.model_validate(row) for row in rows]
+def case_records(cases: StoredTable, positions: list[int]) -> Iterator[CaseRecord]:
+    """The cases at `positions`, as models (only these are ever parsed), made a slice at a
+    time as the sandboxes take them, so a large suite is never held as models all at once."""
+    for start in range(0, len(positions), MODELS_AT_ONCE):
+        rows = cases.rows(positions[start : start + MODELS_AT_ONCE], CASES_SCHEMA.names, CASE_NESTED)
+        yield from (CaseRecord.model_validate(row) for row in rows)
 
 
 def recorded_table(keys: pd.DataFrame, plan: RecordingPlan, new: pd.DataFrame) -> pd.DataFrame:

@@ -378,11 +378,11 @@ def replay_fault_table(
     """Each clean source recording under each fault plan. Stored replays of the same version,
     recording and plan are reused; the system is needed, and must be this partition's
     version, only when something is left to replay."""
+    seen = journal_state(journal_for(project, version))  # before reading it: any line added from now on is noticed
     work = plan_replays(project, cases, runs, version)
     if not work.pending:
         return run_replays(project, work, version=version, run_id=run_id), work.summary
     check_partition_is_current_version(project, version, action=f"replay {len(work.pending)} case(s) of")
-    seen = journal_state(journal_for(project, version))
     with sandbox_lock(project.root):
         if journal_state(journal_for(project, version)) != seen:
             work = plan_replays(project, cases, runs, version)  # again: a run before us replayed some
