@@ -93,8 +93,8 @@ def recording_row(run: RecordedRun, code: CodeFingerprint) -> dict[str, Any]:
 
 @dataclass
 class RecordingPlan:
-    """Per case (by position in the case table): the known recording it reuses, or why it is
-    recorded now."""
+    """Per case (by position in the case table): the known recording it reuses, if any; and
+    the cases left to record."""
 
     reuse: pd.Series  # case position -> row of `known` (NaN: record it)
     known: pd.DataFrame
@@ -136,7 +136,7 @@ def why_recorded(cases: pd.DataFrame, plan: RecordingPlan, code: CodeFingerprint
         if case.found == "left_only":
             summary.because(RECORDED, "case changed" if case.case_id in known_ids else "new case")
         elif case.status != OK:
-            summary.because(RERECORDED, f"the last recording ended {case.status}")
+            summary.because(RERECORDED, f"the last recording was not clean ({case.status})")
         elif case.code_fingerprint != code.digest:
             if case.code_files not in changes:
                 changes[case.code_files] = code_change(code, case.code_files)

@@ -42,6 +42,7 @@ from ..store.tables import (
     null_to_none,
     recorded_runs_table,
     rows_in_order,
+    rows_of,
     with_values,
 )
 from .. import __version__
@@ -177,17 +178,14 @@ def reusable_rows(candidates: pd.DataFrame, known: pd.DataFrame, version: str) -
     return pd.Series(index.reindex(wanted).to_numpy(), index=candidates.index, dtype=float)
 
 
-def plan_replays(
-    project: Project, cases: StoredTable, runs: StoredTable, version: str, known: pd.DataFrame | None = None
-) -> ReplayWork:
+def plan_replays(project: Project, cases: StoredTable, runs: StoredTable, version: str) -> ReplayWork:
     """Clean source recordings, under each fault plan: reuse what is known, judge anew what
     was judged under another plan, decide what needs no replay, and list the rest."""
     plans = fault_plans(project)
     candidates = replay_candidates(cases, runs, plans)
     if candidates.empty:
         return ReplayWork(candidates=candidates)
-    if known is None:
-        known = known_replays(project, version, set(candidates["case_digest"]))
+    known = known_replays(project, version, set(null_to_none(candidates["case_digest"])))
     work = ReplayWork(candidates=candidates, known=known, reuse=reusable_rows(candidates, known, version))
     stale_judging = work.reuse.notna() & (
         known["judging_digest"].reindex(work.reuse.fillna(-1).astype(int)).to_numpy() != candidates["judging_digest"].to_numpy()
@@ -197,10 +195,11 @@ def plan_replays(
     case_models = case_records(cases, candidates.loc[to_model, "case_position"])
     recordings = run_records(runs, candidates.loc[to_model, "run_position"])
     plan_of = {index: plan for index, plan in plans}
-    for position in to_model:
-        row = candidates.loc[position]
-        case, recording, plan = case_models[row["case_position"]], recordings[row["run_position"]], plan_of[row["plan_index"]]
-        if stale_judging[position]:
+    chosen = candidates.loc[to_model].assign(position=to_model, stale=stale_judging[to_model].to_numpy())
+    for row in rows_of(chosen, ["position", "case_position", "run_position", "plan_index", "stale"]):
+        position = row.position
+        case, recording, plan = case_models[row.case_position], recordings[row.run_position], plan_of[row.plan_index]
+        if row.stale:
             stored = replay_record(known.loc[int(work.reuse[position])])
             work.decided[position] = judged(stored.model_copy(update=base_row(case, recording, plan, version)), recording, plan)
             continue
@@ -213,7 +212,7 @@ def plan_replays(
             )
             work.decided[position] = judged(placeholder, recording, plan)
         else:
-            work.pending.append(PendingReplay(case, recording, row["plan_index"], plan, call_index, checkpoint, position))
+            work.pending.append(PendingReplay(case, recording, row.plan_index, plan, call_index, checkpoint, position))
     reused = work.reuse.dropna().astype(int)
     without_replay = known.loc[reused.to_numpy(), "replayed_by_run"].isna().to_numpy()
     work.summary.skipped = int(without_replay.sum()) + sum(
@@ -227,23 +226,23 @@ def plan_replays(
 def why_replayed(work: ReplayWork) -> None:
     """Name, per replay still to run, why no stored replay of it could be reused."""
     known, summary = work.known, work.summary
-    columns = known[[*CACHE_COLUMNS, "control_status", "faulted_status"]]
-    same_replay = columns[~columns[CACHE_COLUMNS[:2]].duplicated(keep="last")].set_index(CACHE_COLUMNS[:2])
+    columns = ["case_digest", "plan_digest", "recorded_by_run", "control_status", "faulted_status"]
+    last = {(digest, plan): rest for digest, plan, *rest in zip(*(null_to_none(known[column]) for column in columns))}
     same_case = set(zip(null_to_none(known["case_id"]), null_to_none(known["criterion"])))
-    criteria = set(known["criterion"])
-    for item in work.pending:
-        row = work.candidates.loc[item.position]
-        key = (row["case_digest"], row["plan_digest"])
-        if key in same_replay.index:
-            prior = same_replay.loc[key]
-            if prior["recorded_by_run"] != row["recorded_by_run"]:
+    criteria = set(null_to_none(known["criterion"]))
+    pending = work.candidates.loc[[item.position for item in work.pending]]
+    for row in rows_of(pending, ["case_id", "criterion", "case_digest", "plan_digest", "recorded_by_run"]):
+        prior = last.get((row.case_digest, row.plan_digest))
+        if prior is not None:
+            recorded_by_run, control, faulted = prior
+            if recorded_by_run != row.recorded_by_run:
                 summary.because(REPLAYED_AGAIN, "recording changed")
             else:
-                summary.because(REPLAYED_AGAIN, f"the last replay did not finish ({prior['control_status']}, {prior['faulted_status']})")
-        elif (row["case_id"], row["criterion"]) in same_case:
+                summary.because(REPLAYED_AGAIN, f"the last replay did not finish (control {control}, faulted {faulted})")
+        elif (row.case_id, row.criterion) in same_case:
             summary.because(REPLAYED_AGAIN, "fault plan or case changed")
         else:
-            summary.because(REPLAYED, "new case" if row["criterion"] in criteria or not criteria else "new fault plan")
+            summary.because(REPLAYED, "new case" if row.criterion in criteria or not criteria else "new fault plan")
 
 
 def case_records(cases: StoredTable, positions: pd.Series) -> dict[int, CaseRecord]:
