@@ -371,7 +371,7 @@ def run_models(runs: StoredTable, positions: Iterable[int]) -> dict[str, Recorde
 
 
 def replay_models(replays: StoredTable, positions: list[int]) -> dict[tuple[str, str], FaultReplay]:
-    """The replays, when made from the recording being judged (a verdict checks that too)."""
+    """The replays at `positions`, by case and criterion."""
     if not positions:
         return {}
     fields = [name for name in FaultReplay.model_fields if name in replays.names]
