@@ -33,7 +33,7 @@ def load_callable(project_root: Path, reference: str, *, where: str | None = Non
         sys.path.insert(0, str(project_root))  # let the system import its sibling modules
     try:
         spec.loader.exec_module(module)
-    except Exception as error:
+    except (Exception, SystemExit) as error:  # a module that calls sys.exit() is a broken module
         raise ProjectError(f"{where}: importing {module_file} failed: {type(error).__name__}: {error}") from None
     value: Any = module
     for part in attribute_path.split("."):

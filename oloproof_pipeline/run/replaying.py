@@ -29,9 +29,9 @@ from ..store.layout import read_table
 from ..store.tables import fault_replays_table, replays_from_table
 from .recording import check_partition_is_current_version
 from .reuse import WorkCounts, reusable
-from .runner import SandboxRunner, can_replay
 from .sandboxes import Sandboxes, in_sandboxes
-from .system import system_spec
+from .supervisor import SupervisedSandbox
+from .system import system_facts, system_spec
 
 TABLE = "fault_replays"
 
@@ -145,9 +145,9 @@ def plan_replays(project: Project, cases: list[CaseRecord], runs: list[RecordedR
     return work
 
 
-def refuse_unreplayable(project: Project, system: Any, pending: list[PendingReplay]) -> None:
+def refuse_unreplayable(project: Project, replayable: bool, pending: list[PendingReplay]) -> None:
     """Before any replay: a system that cannot be replayed is a configuration error."""
-    if can_replay(system):
+    if replayable:
         return
     callable_name = project.config.system.callable
     indexes = sorted({(item.plan_index, item.plan.criterion) for item in pending})
@@ -161,7 +161,7 @@ def refuse_unreplayable(project: Project, system: Any, pending: list[PendingRepl
     )
 
 
-def replay_one(runner: SandboxRunner, item: PendingReplay, version: str, run_id: str) -> FaultReplay:
+def replay_one(runner: SupervisedSandbox, item: PendingReplay, version: str, run_id: str) -> FaultReplay:
     """The control replay, then the faulted one, stored whole and judged."""
     trajectory = item.recording.trajectory
     control = runner.replay(item.case, trajectory, item.checkpoint, None)
@@ -193,7 +193,7 @@ def run_replays(
     sandboxes when `sandboxes` is distributed); every row, in order."""
     if work.pending:
         spec = system_spec(project)
-        refuse_unreplayable(project, spec.build(), work.pending)
+        refuse_unreplayable(project, system_facts(project).replayable, work.pending)
         journal = journal_for(project, version)
         replays = in_sandboxes(
             spec, work.pending, partial(replay_one, version=version, run_id=run_id),

@@ -1,0 +1,183 @@
+"""What runs inside the fork server and the worker processes it forks (run/supervisor.py
+starts them; the evaluating process never imports the system).
+
+The fork server imports the runner once, then forks one worker per request and reports on
+that worker's channel how it ended. A worker imports and builds the system once, says what
+it is, then records or replays one case per JSON line read from its channel, answering
+with one JSON line each. Its stdin is empty and its stdout is stderr, so nothing the system
+prints can garble an answer. A worker ends when its channel closes, when it had to
+interrupt a case (it says so, and the supervisor starts a fresh one), or when the system
+calls sys.exit().
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..model.cases import CaseRecord
+from ..model.config import PROJECT_FILE
+from ..model.errors import ProjectError
+from ..model.records import RunResult
+from ..model.trajectory import Checkpoint, ToolChange, Trajectory
+from .runner import SandboxRunner, can_replay
+from .spec import SystemSpec, build_system
+from .system import reported_version
+
+
+def leave(code: int = 0) -> None:
+    """End the process now: a thread the system left running must not keep it alive."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
+def exit_code(leaving: SystemExit) -> int:
+    """What sys.exit(code) would have exited with."""
+    if leaving.code is None or isinstance(leaving.code, int):
+        return leaving.code or 0
+    print(leaving.code, file=sys.stderr)
+    return 1
+
+
+def send(channel: socket.socket, message: dict[str, Any]) -> None:
+    try:
+        channel.sendall(json.dumps(message, ensure_ascii=False, allow_nan=False).encode() + b"\n")
+    except OSError:  # the supervisor is gone: nobody is waiting for this answer
+        leave()
+
+
+def plain(result: RunResult) -> dict[str, Any]:
+    """The result as JSON; what the system recorded (a tool's arguments or result, say) may
+    not be, which makes the case `not_json` rather than the answer unreadable."""
+    try:
+        body = result.model_dump(mode="json")
+        json.dumps(body, allow_nan=False)
+        return body
+    except (TypeError, ValueError) as problem:
+        fields = {"status": "not_json", "error": f"what the system recorded is not JSON: {problem}"}
+        return result.model_copy(update={**fields, "trajectory": None}).model_dump(mode="json")
+
+
+def serve(runner: SandboxRunner, message: dict[str, Any]) -> dict[str, Any]:
+    case = CaseRecord.model_validate(message["case"])
+    if message["op"] == "record":
+        result: RunResult = runner.record(case)
+    else:
+        change = message["change"]
+        result = runner.replay(
+            case,
+            Trajectory.model_validate(message["trajectory"]),
+            Checkpoint.model_validate(message["checkpoint"]),
+            None if change is None else ToolChange.model_validate(change),
+        )
+    # A case interrupted at its deadline may have left the system half-way: retire.
+    return {"result": plain(result), "retire": result.status == "timeout"}
+
+
+def start(settings: dict[str, Any]) -> tuple[SandboxRunner, dict[str, Any]]:
+    """Import and build the system once; the runner, and what the system says about itself."""
+    spec = SystemSpec(**settings["spec"])
+    attribute = spec.load_attribute()
+    runner = SandboxRunner(
+        lambda: build_system(attribute), system_version=settings["system_version"], timeout_s=settings["timeout_s"]
+    )
+    return runner, {"version": reported_version(attribute), "replayable": can_replay(runner.system)}
+
+
+def work(settings: dict[str, Any], channel: socket.socket) -> None:
+    """A worker's life: build the system, then one case per line until the channel closes."""
+    try:
+        runner, facts = start(settings)
+    except ProjectError as error:
+        send(channel, {"failed": error.problems})
+        leave()
+    except BaseException as error:  # noqa: BLE001 - SystemExit too: one line, never an exit
+        where = f"{Path(settings['spec']['project_root']) / PROJECT_FILE}: system.callable"
+        send(channel, {"failed": [f"{where}: building {settings['spec']['callable']} failed: {type(error).__name__}: {error}"]})
+        leave()
+    send(channel, {"ready": facts})
+    for line in channel.makefile("rb"):
+        try:
+            answer = serve(runner, json.loads(line))
+        except SystemExit as leaving:  # the system asked its process to end: it does
+            leave(exit_code(leaving))
+        except Exception as error:  # the task itself could not be served (never the system's failures)
+            answer = {"problem": f"the worker could not run this case: {type(error).__name__}: {error}"}
+        send(channel, answer)
+        if answer.get("retire"):
+            break
+    leave()
+
+
+def report_ended(channels: dict[int, socket.socket]) -> None:
+    """Reap the workers that ended and tell each one's supervisor how, on its channel (the
+    leading newline ends any answer the worker was cut off in the middle of)."""
+    while channels:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        channel = channels.pop(pid, None)
+        if channel is None:
+            continue
+        channel.setblocking(False)  # a supervisor that stopped reading must not stall the server
+        try:
+            channel.send(b"\n" + json.dumps({"ended": os.waitstatus_to_exitcode(status)}).encode() + b"\n")
+        except OSError:
+            pass
+        channel.close()
+
+
+def fork_server(control: socket.socket) -> None:
+    """Fork a worker per request on `control` (settings, plus the worker's end of its
+    channel), answer with its pid; end when `control` closes."""
+    wake_read, wake_write = os.pipe()
+    os.set_blocking(wake_write, False)
+    signal.set_wakeup_fd(wake_write)  # a SIGCHLD wakes the loop below
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+    selector = selectors.DefaultSelector()
+    selector.register(control, selectors.EVENT_READ)
+    selector.register(wake_read, selectors.EVENT_READ)
+    channels: dict[int, socket.socket] = {}
+    while True:
+        for key, _ in selector.select():
+            if key.fileobj is not control:
+                os.read(wake_read, 4096)
+                continue
+            message, fds, _, _ = socket.recv_fds(control, 1 << 16, 1)
+            if not message:
+                leave()
+            channel = socket.socket(fileno=fds[0])
+            pid = os.fork()
+            if pid == 0:
+                # The worker: nothing of the server's stays open in it, and it leads a
+                # process group of its own, which stopping it stops whole.
+                signal.set_wakeup_fd(-1)
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                selector.close()
+                control.close()
+                os.close(wake_read)
+                os.close(wake_write)
+                for other in channels.values():
+                    other.close()
+                os.setsid()
+                work(json.loads(message), channel)
+            channels[pid] = channel
+            control.send(json.dumps({"pid": pid}).encode())
+        report_ended(channels)
+
+
+if __name__ == "__main__":
+    fork_server(socket.socket(fileno=int(sys.argv[1])))
