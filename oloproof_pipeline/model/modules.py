@@ -21,7 +21,7 @@ def load_callable(project_root: Path, reference: str, *, where: str | None = Non
     (default `system.callable`).
     """
     module_name, _, attribute_path = reference.partition(":")
-    module_file = project_root.joinpath(*module_name.split(".")).with_suffix(".py")
+    module_file = module_file_of(project_root, reference)
     where = where or f"{project_root / PROJECT_FILE}: system.callable"
     if not module_file.is_file():
         raise ProjectError(f"{where}: no module file {module_file}")
@@ -41,3 +41,8 @@ def load_callable(project_root: Path, reference: str, *, where: str | None = Non
             raise ProjectError(f"{where}: {module_file} has no attribute {attribute_path!r}")
         value = getattr(value, part)
     return value
+
+
+def module_file_of(project_root: Path, reference: str) -> Path:
+    """The file of `module:attr`'s module, relative to the project folder."""
+    return project_root.joinpath(*reference.partition(":")[0].split(".")).with_suffix(".py")

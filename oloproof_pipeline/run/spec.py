@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..model.errors import ProjectError
-from ..model.modules import load_callable
+from ..model.modules import load_callable, module_file_of
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,10 @@ class SystemSpec:
 
     def load_attribute(self) -> Any:
         return load_callable(Path(self.project_root), self.callable)
+
+    @property
+    def module_file(self) -> Path:
+        return module_file_of(Path(self.project_root), self.callable)
 
     def as_json(self) -> dict[str, str]:
         return asdict(self)

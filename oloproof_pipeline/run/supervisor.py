@@ -193,9 +193,8 @@ class WorkerProcess:
             message = self._receive(time.monotonic() + timeout_s)
         except WorkerLost as lost:
             self.stop()
-            what = f"did not import and build {self.spec.callable} within {timeout_s:g} s" if lost.status == "timeout" else (
-                f"{lost.error} while importing and building {self.spec.callable}"
-            )
+            doing = f"importing {self.spec.module_file} and building {self.spec.callable}"
+            what = f"did not finish {doing} within {timeout_s:g} s" if lost.status == "timeout" else f"{lost.error} while {doing}"
             raise ProjectError(f"{where}: the system's process {what}") from None
         if "failed" in message:
             self.stop()

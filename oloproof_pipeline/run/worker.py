@@ -140,9 +140,18 @@ def report_ended(channels: dict[int, socket.socket]) -> None:
         channel.close()
 
 
+def stop_all(channels: dict[int, socket.socket]) -> None:
+    for pid in channels:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
 def fork_server(control: socket.socket) -> None:
     """Fork a worker per request on `control` (settings, plus the worker's end of its
-    channel), answer with its pid; end when `control` closes."""
+    channel), answer with its pid; end when `control` closes, stopping any worker still
+    running (its supervisor is gone, and a hung case would otherwise run on)."""
     wake_read, wake_write = os.pipe()
     os.set_blocking(wake_write, False)
     signal.set_wakeup_fd(wake_write)  # a SIGCHLD wakes the loop below
@@ -157,7 +166,8 @@ def fork_server(control: socket.socket) -> None:
                 os.read(wake_read, 4096)
                 continue
             message, fds, _, _ = socket.recv_fds(control, 1 << 16, 1)
-            if not message:
+            if not message:  # the evaluating process is gone: so is every case it asked for
+                stop_all(channels)
                 leave()
             channel = socket.socket(fileno=fds[0])
             pid = os.fork()
