@@ -24,9 +24,9 @@ from .system import SystemSpec
 
 Task = Callable[[SupervisedSandbox, Any], Any]
 
-# One sandbox per Dask worker process, kept between tasks: building a system for every
-# case would throw away whatever warm state a real agent keeps. Its worker process ends
-# when the Dask worker does (its channel closes).
+# One sandbox per Dask worker process, kept between the tasks of one fan-out: building a
+# system for every case would throw away whatever warm state a real agent keeps. Closed when
+# the fan-out is done, so the next one runs the system's code as it is then.
 _WORKER_SANDBOXES: dict[tuple[SystemSpec, str, float], SupervisedSandbox] = {}
 
 
@@ -35,6 +35,14 @@ def _worker_sandbox(spec: SystemSpec, version: str, timeout_s: float) -> Supervi
     if key not in _WORKER_SANDBOXES:
         _WORKER_SANDBOXES[key] = SupervisedSandbox(spec, system_version=version, timeout_s=timeout_s)
     return _WORKER_SANDBOXES[key]
+
+
+def close_worker_sandboxes() -> None:
+    """Runs on each Dask worker at the end of a fan-out (in its event loop, so it never
+    waits for a sandbox still busy with a case)."""
+    for key, sandbox in list(_WORKER_SANDBOXES.items()):
+        if sandbox.close(wait=False):
+            del _WORKER_SANDBOXES[key]
 
 
 def run_on_worker(spec: SystemSpec, version: str, timeout_s: float, task: Task, item: Any) -> Any:
@@ -80,17 +88,22 @@ def _on_dask(client: Any, spec: SystemSpec, items: list[Any], task: Task, *, ver
             futures[future] = item
             finished.add(future)
 
-    submit(threads.count())
-    for future in finished:
-        item = futures.pop(future)
-        try:
-            result = future.result()
-        except ProjectError:
-            raise
-        except Exception as error:
-            result = error
-        submit(max(1, threads.count() - len(futures)))
-        yield item, result
+    try:
+        submit(threads.count())
+        for future in finished:
+            item = futures.pop(future)
+            try:
+                result = future.result()
+            except ProjectError:
+                raise
+            except Exception as error:
+                result = error
+            submit(max(1, threads.count() - len(futures)))
+            yield item, result
+    finally:
+        if futures:
+            client.cancel(list(futures))
+        client.run(close_worker_sandboxes, on_error="ignore")
 
 
 class ClusterThreads:

@@ -336,12 +336,18 @@ class SupervisedSandbox:
             self._worker = worker
         return self._worker
 
-    def close(self) -> None:
-        """End the worker (also one whose system left a thread running)."""
-        with self._lock:
+    def close(self, *, wait: bool = True) -> bool:
+        """End the worker (also one whose system left a thread running). Without `wait`, a
+        sandbox busy with a case is left as it is: False."""
+        if not self._lock.acquire(blocking=wait):
+            return False
+        try:
             if self._worker is not None:
                 self._worker.stop()
                 self._worker = None
+            return True
+        finally:
+            self._lock.release()
 
     def __enter__(self) -> "SupervisedSandbox":
         return self
