@@ -19,6 +19,7 @@ import threading
 import time
 import traceback
 from contextlib import contextmanager
+from functools import cached_property
 from typing import Any, Callable, Iterator
 
 from pydantic import ValidationError
@@ -99,15 +100,19 @@ class SandboxRunner:
 
     def __init__(self, system_factory: Callable[[], Any], *, system_version: str, timeout_s: float):
         self._system_factory = system_factory
-        self._system: Any = system_factory()
+        self._system: Any = None
         self._lock = threading.Lock()  # cases sharing one system run one at a time
         self.system_version = system_version
         self.timeout_s = timeout_s
+        self.system  # built now: a system that cannot be built fails here, not in a case
 
     @property
     def system(self) -> Any:
         if self._system is None:
             self._system = self._system_factory()
+            # Asked once per instance: a runtime-checkable Protocol's isinstance is slow.
+            self._stateful = isinstance(self._system, Stateful)
+            self._own_replay = has_own_replay(self._system)
         return self._system
 
     def record(self, case: CaseRecord) -> RecordedRun:
@@ -141,7 +146,7 @@ class SandboxRunner:
     def _replay_unlocked(
         self, system: Any, case: CaseRecord, trajectory: Trajectory, checkpoint: Checkpoint, change: ToolChange | None
     ) -> ReplayResult:
-        if has_own_replay(system):
+        if self._own_replay:
             return self._replay_by_system(system, case, trajectory, checkpoint, change)
         if system_toolbox(system) is not None:
             script = ReplayScript.from_recording(trajectory, checkpoint, change)
@@ -163,8 +168,8 @@ class SandboxRunner:
         )
 
     def _record_unlocked(self, system: Any, case: CaseRecord, replay: ReplayScript | None = None) -> RecordedRun:
-        stateful = isinstance(system, Stateful)
-        starting_state = starting_state_of(case)
+        stateful = self._stateful
+        starting_state = StartingState(case)
         toolbox = system_toolbox(system)
         events_problem = scripted_events_problem(system, case)
         if events_problem is not None:
@@ -201,7 +206,7 @@ class SandboxRunner:
             case, "ok", output=output, trajectory=trajectory, environment_state=environment_state
         )
 
-    def _state_after(self, system: Any, starting_state: Any) -> tuple[EnvironmentState | None, str, str | None]:
+    def _state_after(self, system: Any, starting_state: StartingState) -> tuple[EnvironmentState | None, str, str | None]:
         """The environment_state/v1 record after a run, or the status and problem that kept it."""
         snapshot, error = attempt(system.snapshot)
         if error is not None:
@@ -210,15 +215,15 @@ class SandboxRunner:
             state_after = as_json(snapshot)
         except (TypeError, ValueError) as problem:
             return None, "not_json", f"the state after is not JSON: {problem}"
-        return EnvironmentState(initial=state_digest(starting_state), state=state_after), "ok", None
+        return EnvironmentState(initial=starting_state.digest, state=state_after), "ok", None
 
     def _replay_by_system(
         self, system: Any, case: CaseRecord, trajectory: Trajectory, checkpoint: Checkpoint, change: ToolChange | None
     ) -> ReplayResult:
         """A hand-written `replay`: it returns the continuation after the checkpoint, which is
         joined to the recorded steps before it into the whole trajectory that is stored."""
-        stateful = isinstance(system, Stateful)
-        starting_state = starting_state_of(case)
+        stateful = self._stateful
+        starting_state = StartingState(case)
         if stateful:
             problem = self._reset(system, starting_state, case.snapshot)
             if problem is not None:
@@ -239,23 +244,26 @@ class SandboxRunner:
                 return ReplayResult(status=status, error=problem, trajectory=whole)
         return ReplayResult(status="ok", trajectory=whole, environment_state=environment_state)
 
-    def _reset(self, system: Any, starting_state: Any, snapshot_name: str | None = None) -> str | None:
+    def _reset(self, system: Any, starting_state: StartingState, snapshot_name: str | None = None) -> str | None:
         """Reset, then check the world really is the starting state: the state after reset
         must hash (digests.state_digest) to the starting state's hash, so leftover state
         never leaks into a case. A problem as text, naming the tables that differ."""
-        _, error = attempt(lambda: system.reset(copy.deepcopy(starting_state)))
+        _, error = attempt(lambda: system.reset(copy.deepcopy(starting_state.state)))
         if error is not None:
             return f"reset() failed: {_describe_exception(error)}"
         snapshot, error = attempt(system.snapshot)
         if error is not None:
             return f"snapshot() after reset failed: {_describe_exception(error)}"
         try:
-            observed = as_json(snapshot)
-        except (TypeError, ValueError) as error:
-            return f"snapshot() after reset is not JSON: {error}"
-        expected_hash, observed_hash = state_digest(as_json(starting_state)), state_digest(observed)
+            observed_hash = state_digest(snapshot)  # the digest's JSON is the check: no round trip
+        except (TypeError, ValueError):
+            try:  # a dict with keys of mixed types, say: plain JSON after a round trip, or not JSON at all
+                observed_hash = state_digest(as_json(snapshot))
+            except (TypeError, ValueError) as error:
+                return f"snapshot() after reset is not JSON: {error}"
+        expected_hash = starting_state.digest
         if observed_hash != expected_hash:
-            tables = ", ".join(state_difference(starting_state, observed))
+            tables = ", ".join(state_difference(starting_state.state, as_json(snapshot)))
             what = f"snapshot {snapshot_name!r}" if snapshot_name else "the starting state"
             return (
                 f"the state after reset hashes to {observed_hash}, not to {what}'s {expected_hash}; "
@@ -290,8 +298,16 @@ def can_replay(system: Any) -> bool:
     return has_own_replay(system) or system_toolbox(system) is not None
 
 
-def starting_state_of(case: CaseRecord) -> Any:
-    return copy.deepcopy(case.initial_state) if case.initial_state is not None else {}
+class StartingState:
+    """A case's starting state (the system only ever gets a deep copy of it), with its
+    digest worked out once."""
+
+    def __init__(self, case: CaseRecord):
+        self.state = case.initial_state if case.initial_state is not None else {}
+
+    @cached_property
+    def digest(self) -> str:
+        return state_digest(self.state)  # read from a case file: plain JSON already
 
 
 def as_trajectory(value: Any) -> Trajectory:

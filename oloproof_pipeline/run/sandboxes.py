@@ -130,7 +130,12 @@ def record_case(sandbox: SupervisedSandbox, case: CaseRecord) -> RecordedRun:
 def record_each(
     spec: SystemSpec, cases: list[CaseRecord], *, version: str, timeout_s: float, sandboxes: "Sandboxes | None" = None
 ) -> Iterator[RecordedRun]:
-    """Each case's recording, yielded as soon as it finishes."""
+    """Each case's recording, yielded as soon as it finishes (in order on one sandbox, where
+    the next case waits on the worker's channel while one runs)."""
+    if sandboxes is None or sandboxes.client() is None:
+        with SupervisedSandbox(spec, system_version=version, timeout_s=timeout_s) as sandbox:
+            yield from sandbox.record_each(cases)
+        return
     recordings = in_sandboxes(spec, cases, record_case, version=version, timeout_s=timeout_s, sandboxes=sandboxes)
     for case, result in recordings:
         if isinstance(result, Exception):

@@ -27,9 +27,12 @@ import sys
 import threading
 import time
 import weakref
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Iterable, Iterator, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from ..model.cases import CaseRecord
 from ..model.config import PROJECT_FILE
@@ -46,6 +49,11 @@ KILL_GRACE_S = 2.0
 START_MINIMUM_S = 60.0
 # How long a fork server whose channel closed gets to exit.
 STOP_GRACE_S = 2.0
+# Tasks wait on a worker's channel behind the one it runs, so it starts each the moment the
+# one before ends, even while the evaluating process is busy (journalling, say): at most
+# this many, and no more bytes than fit in the channel's buffer, so a send never blocks.
+QUEUED_TASKS = 8
+QUEUED_BYTES = 32 * 1024
 
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
 
@@ -62,10 +70,52 @@ class SystemFacts:
 class WorkerLost(Exception):
     """No answer for a case: the worker ended (`system_crashed`) or overran (`timeout`)."""
 
-    def __init__(self, status: str, error: str):
+    def __init__(self, status: str, error: str, *, duration_s: float = 0.0):
         super().__init__(error)
         self.status = status
         self.error = error
+        self.duration_s = duration_s
+
+
+# -- what travels on a worker's channel ---------------------------------------------------
+
+
+class RecordTask(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    op: Literal["record"] = "record"
+    case: CaseRecord
+
+
+class ReplayTask(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    op: Literal["replay"] = "replay"
+    case: CaseRecord
+    trajectory: Trajectory
+    checkpoint: Checkpoint
+    change: ToolChange | None = None
+
+
+Task = Annotated[RecordTask | ReplayTask, Field(discriminator="op")]
+TASKS: TypeAdapter[Task] = TypeAdapter(Task)
+
+
+class WorkerMessage(BaseModel):
+    """Anything said on a worker's channel: by the worker (`ready` or `failed` once built,
+    then one answer per task) or by the fork server (`ended`, with its exit code)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ready: SystemFacts | None = None
+    failed: list[str] | None = None
+    recorded: RecordedRun | None = None
+    replayed: ReplayResult | None = None
+    # The worker interrupted this task at its deadline and is ending: not to be trusted.
+    retire: bool = False
+    # The worker could not serve the task at all (never one of the system's failures).
+    problem: str | None = None
+    ended: int | None = None
 
 
 def describe_exit(returncode: int | None) -> str:
@@ -156,6 +206,15 @@ def fork_worker(settings: dict[str, Any]) -> tuple[int, socket.socket]:
     raise ProjectError("could not start a worker process for the system under test: the fork server ended twice")
 
 
+def stop_fork_server() -> None:
+    """End this process's fork server; the next worker starts a new one."""
+    global _fork_server
+    with _fork_server_lock:
+        if _fork_server is not None:
+            _fork_server.stop()
+            _fork_server = None
+
+
 # -- one worker ----------------------------------------------------------------------------
 
 
@@ -190,39 +249,38 @@ class WorkerProcess:
     def _await_ready(self, timeout_s: float) -> SystemFacts:
         where = f"{Path(self.spec.project_root) / PROJECT_FILE}: system.callable"
         try:
-            message = self._receive(time.monotonic() + timeout_s)
+            message = self.receive(time.monotonic() + timeout_s)
         except WorkerLost as lost:
-            self.stop()
             doing = f"importing {self.spec.module_file} and building {self.spec.callable}"
             what = f"did not finish {doing} within {timeout_s:g} s" if lost.status == "timeout" else f"{lost.error} while {doing}"
             raise ProjectError(f"{where}: the system's process {what}") from None
-        if "failed" in message:
+        if message.ready is None:
             self.stop()
-            raise ProjectError(message["failed"])
-        return SystemFacts(**message["ready"])
+            raise ProjectError(message.failed or [f"{where}: the system's process said nothing it was asked"])
+        return message.ready
 
-    def ask(self, message: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-        """Send one task and wait up to `timeout_s` for its answer; WorkerLost when there is
-        none (the worker has then ended or been stopped)."""
+    def send(self, line: bytes) -> None:
+        """Queue a task (one JSON line) on the channel; a worker that has ended shows in the
+        next receive."""
         try:
-            self._channel.sendall(json.dumps(message, ensure_ascii=False).encode() + b"\n")
-        except OSError:  # it ended between tasks: the answer below says how
+            self._channel.sendall(line)
+        except OSError:
             pass
-        return self._receive(time.monotonic() + timeout_s)
 
-    def _receive(self, deadline: float) -> dict[str, Any]:
-        """The next message; the fork server's report that the worker ended is WorkerLost."""
+    def receive(self, deadline: float) -> WorkerMessage:
+        """The next message by `deadline`. WorkerLost (the worker then stopped) when there
+        is none, or when the fork server reports that the worker ended."""
         while True:
-            line = self._next_line(deadline).strip()
+            line = self._next_line(deadline)
+            if not line.strip():
+                continue
             try:
-                message = json.loads(line) if line else None
-            except ValueError:  # a line cut short by the worker's end
+                message = WorkerMessage.model_validate_json(line)
+            except ValidationError:  # a line cut short by the worker's end
                 continue
-            if message is None:
-                continue
-            if "ended" in message:
+            if message.ended is not None:
                 self.stop()
-                raise WorkerLost("system_crashed", describe_exit(message["ended"]))
+                raise WorkerLost("system_crashed", describe_exit(message.ended))
             return message
 
     def _next_line(self, deadline: float) -> bytes:
@@ -256,10 +314,10 @@ class SupervisedSandbox:
     """One sandbox: the system in a supervised worker process, one case at a time.
 
     The same `record` and `replay` as the runner inside the worker (run/runner.py), so
-    callers never see the process boundary. The worker is started on first use and kept
-    between cases (warm state); after a crash or a timeout a fresh one takes the next case.
-    A case costs one deadline of `timeout_s` (plus KILL_GRACE_S for the worker to report
-    its own timeout), measured from when it is sent."""
+    callers never see the process boundary, and `record_each` for many cases. The worker is
+    started on first use and kept between cases (warm state); after a crash or a timeout a
+    fresh one takes the next case. A case costs one deadline of `timeout_s` (plus
+    KILL_GRACE_S for the worker to report its own timeout), counted from when it starts."""
 
     def __init__(self, spec: SystemSpec, *, system_version: str, timeout_s: float):
         self.spec = spec
@@ -275,48 +333,82 @@ class SupervisedSandbox:
             return self._ready_worker().facts
 
     def record(self, case: CaseRecord) -> RecordedRun:
-        with self._lock:
-            started = time.perf_counter()
-            try:
-                return RecordedRun.model_validate(self._ask({"op": "record", "case": case.model_dump(mode="json")}))
-            except WorkerLost as lost:
-                return RecordedRun(
-                    case_id=case.case_id, case_digest=case.case_digest, system_version=self.system_version,
-                    status=lost.status, error=lost.error, duration_s=round(time.perf_counter() - started, 6),
+        return list(self.record_each([case]))[0]
+
+    def record_each(self, cases: Iterable[CaseRecord]) -> Iterator[RecordedRun]:
+        """Each case's recording, in order. The next case already waits on the worker's
+        channel while one runs, so the worker never waits for the evaluating process."""
+        for task, answer in self._run_tasks(RecordTask(case=case) for case in cases):
+            if isinstance(answer, WorkerLost):
+                yield RecordedRun(
+                    case_id=task.case.case_id, case_digest=task.case.case_digest, system_version=self.system_version,
+                    status=answer.status, error=answer.error, duration_s=answer.duration_s,
                 )
+            else:
+                yield answer.recorded
 
     def replay(
         self, case: CaseRecord, trajectory: Trajectory, checkpoint: Checkpoint, change: ToolChange | None
     ) -> ReplayResult:
-        with self._lock:
-            started = time.perf_counter()
-            message = {
-                "op": "replay",
-                "case": case.model_dump(mode="json"),
-                "trajectory": trajectory.model_dump(mode="json"),
-                "checkpoint": checkpoint.model_dump(mode="json"),
-                "change": None if change is None else change.model_dump(mode="json"),
-            }
-            try:
-                return ReplayResult.model_validate(self._ask(message))
-            except WorkerLost as lost:
-                return ReplayResult(status=lost.status, error=lost.error, duration_s=round(time.perf_counter() - started, 6))
+        task = ReplayTask(case=case, trajectory=trajectory, checkpoint=checkpoint, change=change)
+        [(_, answer)] = list(self._run_tasks([task]))
+        if isinstance(answer, WorkerLost):
+            return ReplayResult(status=answer.status, error=answer.error, duration_s=answer.duration_s)
+        return answer.replayed
 
-    def _ask(self, message: dict[str, Any]) -> dict[str, Any]:
-        worker = self._ready_worker()
-        try:
-            answer = worker.ask(message, self.timeout_s + KILL_GRACE_S)
-        except WorkerLost as lost:
-            self._worker = None
-            if lost.status == "timeout":
-                raise WorkerLost("timeout", f"no answer within {self.timeout_s:g} s; the system's process was stopped")
-            raise WorkerLost(lost.status, f"the system's process {lost.error} during this case") from None
-        if "problem" in answer:  # the worker could not serve the task at all
-            raise WorkerLost("error", answer["problem"])
-        if answer["retire"]:  # interrupted mid-case: its state is not to be trusted
-            worker.stop()
-            self._worker = None
-        return answer["result"]
+    def _run_tasks(self, tasks: Iterable[RecordTask | ReplayTask]) -> Iterator[tuple[Any, Any]]:
+        """(task, its WorkerMessage or a WorkerLost) for each task, in order. A task whose
+        worker ended or was stopped gets WorkerLost; the tasks queued behind it never
+        started, so a fresh worker runs them."""
+        with self._lock:
+            source = (_as_line(task) for task in tasks)
+            held: deque[tuple[RecordTask | ReplayTask, bytes]] = deque()  # taken, on no channel
+
+            def take() -> tuple[RecordTask | ReplayTask, bytes] | None:
+                return held.popleft() if held else next(source, None)
+
+            queued: deque[tuple[RecordTask | ReplayTask, bytes]] = deque()  # the first is running
+            while True:
+                if not queued:  # the worker is idle: any task may go
+                    first = take()
+                    if first is None:
+                        return
+                    worker = self._ready_worker()
+                    worker.send(first[1])
+                    queued.append(first)
+                    started = time.monotonic()
+                queued_bytes = sum(len(line) for _, line in list(queued)[1:])
+                while len(queued) < QUEUED_TASKS:
+                    following = take()
+                    if following is None:
+                        break
+                    if queued_bytes + len(following[1]) > QUEUED_BYTES:
+                        held.appendleft(following)
+                        break
+                    worker.send(following[1])
+                    queued.append(following)
+                    queued_bytes += len(following[1])
+                task, _ = queued.popleft()
+                try:
+                    message = worker.receive(started + self.timeout_s + KILL_GRACE_S)
+                except WorkerLost as lost:
+                    yield task, self._lost(lost, started)
+                    message = None
+                started = time.monotonic()  # the next queued task starts now
+                if message is not None:
+                    yield task, WorkerLost("error", message.problem) if message.problem is not None else message
+                if message is None or message.retire:  # ended, or interrupted mid-case: a fresh worker
+                    worker.stop()
+                    self._worker = None
+                    held.extendleft(reversed(queued))
+                    queued.clear()
+
+    def _lost(self, lost: WorkerLost, started: float) -> WorkerLost:
+        if lost.status == "timeout":
+            error = f"no answer within {self.timeout_s:g} s; the system's process was stopped"
+        else:
+            error = f"the system's process {lost.error} during this case"
+        return WorkerLost(lost.status, error, duration_s=round(time.monotonic() - started, 6))
 
     def _ready_worker(self) -> WorkerProcess:
         if self._worker is not None and not self._worker.idle:
@@ -354,6 +446,10 @@ class SupervisedSandbox:
 
     def __exit__(self, *exc_info: Any) -> None:
         self.close()
+
+
+def _as_line(task: RecordTask | ReplayTask) -> tuple[RecordTask | ReplayTask, bytes]:
+    return task, task.model_dump_json().encode() + b"\n"
 
 
 def probe_system(spec: SystemSpec, *, timeout_s: float) -> SystemFacts:

@@ -21,13 +21,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..model.cases import CaseRecord
 from ..model.config import PROJECT_FILE
 from ..model.errors import ProjectError
-from ..model.records import RunResult
-from ..model.trajectory import Checkpoint, ToolChange, Trajectory
 from .runner import SandboxRunner, can_replay
 from .spec import SystemSpec, build_system
+from .supervisor import TASKS, RecordTask, ReplayTask, SystemFacts, WorkerMessage
 from .system import reported_version
 
 
@@ -49,49 +47,45 @@ def exit_code(leaving: SystemExit) -> int:
     return 1
 
 
-def send(channel: socket.socket, message: dict[str, Any]) -> None:
+def send(channel: socket.socket, message: WorkerMessage) -> None:
     try:
-        channel.sendall(json.dumps(message, ensure_ascii=False, allow_nan=False).encode() + b"\n")
+        channel.sendall(as_line(message))
     except OSError:  # the supervisor is gone: nobody is waiting for this answer
         leave()
 
 
-def plain(result: RunResult) -> dict[str, Any]:
-    """The result as JSON; what the system recorded (a tool's arguments or result, say) may
-    not be, which makes the case `not_json` rather than the answer unreadable."""
+def as_line(message: WorkerMessage) -> bytes:
+    """The message as one JSON line. What the system recorded (a tool's arguments or
+    result, say) may not be JSON: the case is then `not_json`, never an unreadable answer."""
     try:
-        body = result.model_dump(mode="json")
-        json.dumps(body, allow_nan=False)
-        return body
-    except (TypeError, ValueError) as problem:
-        fields = {"status": "not_json", "error": f"what the system recorded is not JSON: {problem}"}
-        return result.model_copy(update={**fields, "trajectory": None}).model_dump(mode="json")
+        return message.model_dump_json().encode() + b"\n"
+    except ValueError as problem:  # pydantic's PydanticSerializationError
+        field = "recorded" if message.recorded is not None else "replayed"
+        result = getattr(message, field)
+        fields = {"status": "not_json", "error": f"what the system recorded is not JSON: {problem}", "trajectory": None}
+        return message.model_copy(update={field: result.model_copy(update=fields)}).model_dump_json().encode() + b"\n"
 
 
-def serve(runner: SandboxRunner, message: dict[str, Any]) -> dict[str, Any]:
-    case = CaseRecord.model_validate(message["case"])
-    if message["op"] == "record":
-        result: RunResult = runner.record(case)
+def serve(runner: SandboxRunner, task: RecordTask | ReplayTask) -> WorkerMessage:
+    if isinstance(task, RecordTask):
+        result = runner.record(task.case)
+        answer = WorkerMessage(recorded=result)
     else:
-        change = message["change"]
-        result = runner.replay(
-            case,
-            Trajectory.model_validate(message["trajectory"]),
-            Checkpoint.model_validate(message["checkpoint"]),
-            None if change is None else ToolChange.model_validate(change),
-        )
+        result = runner.replay(task.case, task.trajectory, task.checkpoint, task.change)
+        answer = WorkerMessage(replayed=result)
     # A case interrupted at its deadline may have left the system half-way: retire.
-    return {"result": plain(result), "retire": result.status == "timeout"}
+    answer.retire = result.status == "timeout"
+    return answer
 
 
-def start(settings: dict[str, Any]) -> tuple[SandboxRunner, dict[str, Any]]:
+def start(settings: dict[str, Any]) -> tuple[SandboxRunner, SystemFacts]:
     """Import and build the system once; the runner, and what the system says about itself."""
     spec = SystemSpec(**settings["spec"])
     attribute = spec.load_attribute()
     runner = SandboxRunner(
         lambda: build_system(attribute), system_version=settings["system_version"], timeout_s=settings["timeout_s"]
     )
-    return runner, {"version": reported_version(attribute), "replayable": can_replay(runner.system)}
+    return runner, SystemFacts(version=reported_version(attribute), replayable=can_replay(runner.system))
 
 
 def work(settings: dict[str, Any], channel: socket.socket) -> None:
@@ -99,22 +93,23 @@ def work(settings: dict[str, Any], channel: socket.socket) -> None:
     try:
         runner, facts = start(settings)
     except ProjectError as error:
-        send(channel, {"failed": error.problems})
+        send(channel, WorkerMessage(failed=error.problems))
         leave()
     except BaseException as error:  # noqa: BLE001 - SystemExit too: one line, never an exit
         where = f"{Path(settings['spec']['project_root']) / PROJECT_FILE}: system.callable"
-        send(channel, {"failed": [f"{where}: building {settings['spec']['callable']} failed: {type(error).__name__}: {error}"]})
+        problem = f"{where}: building {settings['spec']['callable']} failed: {type(error).__name__}: {error}"
+        send(channel, WorkerMessage(failed=[problem]))
         leave()
-    send(channel, {"ready": facts})
+    send(channel, WorkerMessage(ready=facts))
     for line in channel.makefile("rb"):
         try:
-            answer = serve(runner, json.loads(line))
+            answer = serve(runner, TASKS.validate_json(line))
         except SystemExit as leaving:  # the system asked its process to end: it does
             leave(exit_code(leaving))
         except Exception as error:  # the task itself could not be served (never the system's failures)
-            answer = {"problem": f"the worker could not run this case: {type(error).__name__}: {error}"}
+            answer = WorkerMessage(problem=f"the worker could not run this case: {type(error).__name__}: {error}")
         send(channel, answer)
-        if answer.get("retire"):
+        if answer.retire:
             break
     leave()
 
