@@ -19,7 +19,7 @@ from ..model.cases import CaseRecord
 from ..model.config import ExecutionConfig
 from ..model.errors import ProjectError
 from ..model.records import RecordedRun
-from .supervisor import SupervisedSandbox
+from .supervisor import SupervisedSandbox, start_fork_server
 from .system import SystemSpec
 
 Task = Callable[[SupervisedSandbox, Any], Any]
@@ -172,6 +172,8 @@ class Sandboxes:
                     LocalCluster(n_workers=self.execution.workers, threads_per_worker=1, processes=True, dashboard_address=None)
                 )
                 self._client = self._stack.enter_context(Client(cluster))
+            # Each Dask worker's fork server imports while the driver still gets ready.
+            self._client.run(start_fork_server)
         return self._client
 
     def __enter__(self) -> "Sandboxes":

@@ -185,9 +185,31 @@ class ForkServer:
     def stop(self) -> None:
         self._finalizer()
 
+    def forget(self) -> None:
+        """Drop it without stopping it: it belongs to another process."""
+        self._finalizer.detach()
+
 
 _fork_server: ForkServer | None = None
 _fork_server_lock = threading.Lock()
+
+
+def _usable_fork_server() -> ForkServer:
+    """This process's fork server, started if there is none (call under the lock)."""
+    global _fork_server
+    if _fork_server is not None and _fork_server.owner != os.getpid():
+        _fork_server.forget()  # a forked copy of the evaluating process: the server is its parent's
+        _fork_server = None
+    if _fork_server is None or not _fork_server.usable:
+        _fork_server = ForkServer()
+    return _fork_server
+
+
+def start_fork_server() -> None:
+    """Start this process's fork server now, so it imports while other work goes on (it
+    answers its first request once ready)."""
+    with _fork_server_lock:
+        _usable_fork_server()
 
 
 def fork_worker(settings: dict[str, Any]) -> tuple[int, socket.socket]:
@@ -196,12 +218,11 @@ def fork_worker(settings: dict[str, Any]) -> tuple[int, socket.socket]:
     global _fork_server
     with _fork_server_lock:
         for _ in range(2):
-            if _fork_server is None or not _fork_server.usable:
-                _fork_server = ForkServer()
+            server = _usable_fork_server()
             try:
-                return _fork_server.fork(settings)
+                return server.fork(settings)
             except OSError:
-                _fork_server.stop()
+                server.stop()
                 _fork_server = None
     raise ProjectError("could not start a worker process for the system under test: the fork server ended twice")
 
