@@ -133,6 +133,22 @@ def test_a_worker_keeps_its_system_between_cases_and_starts_no_thread_per_call(t
     assert crashed is None and after["pid"] != first["pid"] and after["cases_seen"] == 1
 
 
+def test_cases_queued_behind_a_crash_run_on_a_fresh_worker_and_only_the_running_case_is_lost(tmp_path):
+    kinds = ["where", "where", "segfault", "where", "where", "os_exit", "where", "hang", "where"]
+    root = write_project(tmp_path / "p", app=MISBEHAVING_APP, cases=[case(f"{kind}-{n}", kind) for n, kind in enumerate(kinds)])
+    project, sandbox = sandbox_for(root)
+    with sandbox:  # record_each queues the cases after the running one on the worker's channel
+        runs = list(sandbox.record_each(load_cases(project)))
+    assert [run.status for run in runs] == [
+        "ok", "ok", "system_crashed", "ok", "ok", "system_crashed", "ok", "timeout", "ok",
+    ]
+    workers = [run.output["pid"] for run in runs if run.status == "ok"]
+    assert len(set(workers[:2])) == len(set(workers[2:4])) == len(set(workers[4:5])) == 1
+    assert len(set(workers)) == 4 and sandbox.workers_started == 4
+    # Warm state restarts with each worker: the queued cases ran once each, in order.
+    assert [run.output["cases_seen"] for run in runs if run.status == "ok"] == [1, 2, 1, 2, 1, 1]
+
+
 def test_a_system_that_cannot_be_built_is_one_configuration_error(tmp_path):
     from oloproof_pipeline.model.errors import ProjectError
 

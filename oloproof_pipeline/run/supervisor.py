@@ -348,11 +348,6 @@ class SupervisedSandbox:
         self._lock = threading.Lock()  # cases sharing one sandbox run one at a time
         self.workers_started = 0
 
-    @property
-    def facts(self) -> SystemFacts:
-        with self._lock:
-            return self._ready_worker().facts
-
     def record(self, case: CaseRecord) -> RecordedRun:
         return list(self.record_each([case]))[0]
 
@@ -382,47 +377,35 @@ class SupervisedSandbox:
         worker ended or was stopped gets WorkerLost; the tasks queued behind it never
         started, so a fresh worker runs them."""
         with self._lock:
-            source = (_as_line(task) for task in tasks)
-            held: deque[tuple[RecordTask | ReplayTask, bytes]] = deque()  # taken, on no channel
-
-            def take() -> tuple[RecordTask | ReplayTask, bytes] | None:
-                return held.popleft() if held else next(source, None)
-
-            queued: deque[tuple[RecordTask | ReplayTask, bytes]] = deque()  # the first is running
-            while True:
-                if not queued:  # the worker is idle: any task may go
-                    first = take()
-                    if first is None:
-                        return
-                    worker = self._ready_worker()
-                    worker.send(first[1])
-                    queued.append(first)
-                    started = time.monotonic()
-                queued_bytes = sum(len(line) for _, line in list(queued)[1:])
-                while len(queued) < QUEUED_TASKS:
-                    following = take()
-                    if following is None:
-                        break
-                    if queued_bytes + len(following[1]) > QUEUED_BYTES:
-                        held.appendleft(following)
-                        break
-                    worker.send(following[1])
-                    queued.append(following)
-                    queued_bytes += len(following[1])
-                task, _ = queued.popleft()
-                try:
-                    message = worker.receive(started + self.timeout_s + KILL_GRACE_S)
-                except WorkerLost as lost:
-                    yield task, self._lost(lost, started)
-                    message = None
-                started = time.monotonic()  # the next queued task starts now
-                if message is not None:
-                    yield task, WorkerLost("error", message.problem) if message.problem is not None else message
-                if message is None or message.retire:  # ended, or interrupted mid-case: a fresh worker
-                    worker.stop()
-                    self._worker = None
-                    held.extendleft(reversed(queued))
-                    queued.clear()
+            upcoming = _Upcoming(tasks)
+            queued: deque[tuple[RecordTask | ReplayTask, bytes]] = deque()  # on the channel; the first runs
+            try:
+                while True:
+                    if not queued:  # the worker is idle: any task may go, however big
+                        first = upcoming.take()
+                        if first is None:
+                            return
+                        worker = self._ready_worker()
+                        worker.send(first[1])
+                        queued.append(first)
+                        started = time.monotonic()
+                    _queue_more(worker, queued, upcoming)
+                    task, _ = queued.popleft()
+                    try:
+                        message = worker.receive(started + self.timeout_s + KILL_GRACE_S)
+                    except WorkerLost as lost:
+                        yield task, self._lost(lost, started)
+                        message = None
+                    started = time.monotonic()  # the next queued task starts now
+                    if message is not None:
+                        yield task, WorkerLost("error", message.problem) if message.problem is not None else message
+                    if message is None or message.retire:  # ended, or interrupted mid-case: a fresh worker
+                        self._drop_worker()
+                        upcoming.put_back(list(queued))
+                        queued.clear()
+            finally:
+                if queued:  # left before their answers came (the caller stopped asking): never reuse
+                    self._drop_worker()
 
     def _lost(self, lost: WorkerLost, started: float) -> WorkerLost:
         if lost.status == "timeout":
@@ -431,11 +414,15 @@ class SupervisedSandbox:
             error = f"the system's process {lost.error} during this case"
         return WorkerLost(lost.status, error, duration_s=round(time.monotonic() - started, 6))
 
+    def _drop_worker(self) -> None:
+        if self._worker is not None:
+            self._worker.stop()
+            self._worker = None
+
     def _ready_worker(self) -> WorkerProcess:
         if self._worker is not None and not self._worker.idle:
             # It ended between cases (a thread of the system's, say): not the next case's fault.
-            self._worker.stop()
-            self._worker = None
+            self._drop_worker()
         if self._worker is None:
             worker = WorkerProcess(self.spec, system_version=self.system_version, timeout_s=self.timeout_s)
             self.workers_started += 1
@@ -455,9 +442,7 @@ class SupervisedSandbox:
         if not self._lock.acquire(blocking=wait):
             return False
         try:
-            if self._worker is not None:
-                self._worker.stop()
-                self._worker = None
+            self._drop_worker()
             return True
         finally:
             self._lock.release()
@@ -469,8 +454,37 @@ class SupervisedSandbox:
         self.close()
 
 
-def _as_line(task: RecordTask | ReplayTask) -> tuple[RecordTask | ReplayTask, bytes]:
-    return task, task.model_dump_json().encode() + b"\n"
+class _Upcoming:
+    """Tasks still to send, each with its JSON line; tasks a lost worker never started go
+    back to the front."""
+
+    def __init__(self, tasks: Iterable[RecordTask | ReplayTask]):
+        self._source = iter(tasks)
+        self._returned: deque[tuple[RecordTask | ReplayTask, bytes]] = deque()
+
+    def take(self) -> tuple[RecordTask | ReplayTask, bytes] | None:
+        if self._returned:
+            return self._returned.popleft()
+        task = next(self._source, None)
+        return None if task is None else (task, task.model_dump_json().encode() + b"\n")
+
+    def put_back(self, items: list[tuple[RecordTask | ReplayTask, bytes]]) -> None:
+        self._returned.extendleft(reversed(items))
+
+
+def _queue_more(worker: WorkerProcess, queued: deque, upcoming: _Upcoming) -> None:
+    """Queue tasks behind the running one, up to QUEUED_TASKS and QUEUED_BYTES."""
+    queued_bytes = sum(len(line) for _, line in list(queued)[1:])
+    while len(queued) < QUEUED_TASKS:
+        following = upcoming.take()
+        if following is None:
+            return
+        if queued_bytes + len(following[1]) > QUEUED_BYTES:
+            upcoming.put_back([following])
+            return
+        worker.send(following[1])
+        queued.append(following)
+        queued_bytes += len(following[1])
 
 
 def probe_system(spec: SystemSpec, *, timeout_s: float) -> SystemFacts:
