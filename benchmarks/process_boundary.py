@@ -103,13 +103,16 @@ def start_up(root: Path, cases: list[CaseRecord]) -> None:
     probe_system(system_spec(load_project(root)), timeout_s=30)
 
 
-def median_seconds(work: Callable[[Path, list[CaseRecord]], None], root: Path, cases: list[CaseRecord], repeats: int) -> float:
-    times = []
+def medians(variants: dict[str, Callable[[Path, list[CaseRecord]], None]], root: Path, cases: list[CaseRecord], repeats: int) -> dict[str, float]:
+    """Each variant's median time; the variants take turns, so a busy spell on the machine
+    falls on all of them alike."""
+    times: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(repeats):
-        started = time.perf_counter()
-        work(root, cases)
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
+        for name, work in variants.items():
+            started = time.perf_counter()
+            work(root, cases)
+            times[name].append(time.perf_counter() - started)
+    return {name: statistics.median(values) for name, values in times.items()}
 
 
 def main() -> None:
@@ -121,10 +124,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         root = write_project(Path(scratch) / "desk", arguments.cases, arguments.tool_sleep_ms / 1000)
         cases = load_cases(load_project(root))
-        worker = median_seconds(supervised, root, cases, arguments.repeats)
-        raw = median_seconds(raw_loop, root, cases, arguments.repeats)
-        runner = median_seconds(in_process_runner, root, cases, arguments.repeats)
-        starting = median_seconds(start_up, root, cases, arguments.repeats)
+        variants = {"raw": raw_loop, "runner": in_process_runner, "worker": supervised, "starting": start_up}
+        timed = medians(variants, root, cases, arguments.repeats)
+    raw, runner, worker, starting = (timed[name] for name in variants)
     per_case = lambda seconds: (seconds - raw) / len(cases) * 1000  # noqa: E731
     print(f"cases: {len(cases)}, {arguments.tool_sleep_ms:g} ms per tool call, median of {arguments.repeats}")
     print(f"raw loop (the desk called directly):   {raw:7.2f} s")

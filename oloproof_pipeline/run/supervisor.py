@@ -52,8 +52,8 @@ STOP_GRACE_S = 2.0
 # Tasks wait on a worker's channel behind the one it runs, so it starts each the moment the
 # one before ends, even while the evaluating process is busy (journalling, say): at most
 # this many, and no more bytes than fit in the channel's buffer, so a send never blocks.
-QUEUED_TASKS = 8
-QUEUED_BYTES = 32 * 1024
+QUEUED_TASKS = 32
+QUEUED_BYTES = 64 * 1024
 
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
 
