@@ -21,12 +21,15 @@ fewest passes (counted towards the decision) that decide, and q(n) the most pass
 suite still reaches with the target probability; n qualifies iff q(n) >= j(n). Both j and q
 grow by 0 or 1 from n to n+1 (a property of binomial tails and Clopper-Pearson bounds), so
 when q(n) - j(n) = -m < 0 no n below n + m qualifies, and the scan from n = 1 jumps ahead by m.
-That visits roughly 2*sqrt(n) sizes, a few thousand at worst, and never skips a qualifying n.
+It never skips a qualifying n, and visits 79 sizes for 0.87 against 0.8, about 1,900 to find
+that 0.8001 against 0.8 needs more than the cap, and about 13,000 (0.7 s) for the extreme of
+0.801 against 0.8 at 50%, where the answer is 614,003.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Callable, Literal
 
 from scipy import special
@@ -56,11 +59,10 @@ def suite_size_to_decide(
         return None, None
     rule = _Rule.for_estimate(estimate, bar, kind, confidence)
     cases = 1
-    while cases <= cap:
+    while (scaled := math.ceil(round(cases * design_effect, 9))) <= cap:
         gap = _reachable_count(rule, cases, power) - _deciding_count(rule, cases)
         if gap >= 0:
-            scaled = math.ceil(round(cases * design_effect, 9))
-            return (scaled, rule.direction) if scaled <= cap else (None, None)
+            return scaled, rule.direction
         cases += -gap
     return None, None
 
@@ -124,19 +126,19 @@ def icc_from_clusters(passes_by_cluster: list[tuple[int, int]]) -> float:
 # -- the decision at one size --------------------------------------------------------------
 
 
+@dataclass(frozen=True)
 class _Rule:
     """The rule seen from the side the estimate is on. Pass counts are measured towards the
     decision: j = k when the deciding bound is the lower one (the interval must sit above
     the bar), j = n - k when it is the upper one, so in both cases more j decides sooner and
     the deciding counts are j >= j(n)."""
 
-    def __init__(self, bar: float, alpha: float, deciding_bound: Literal["lower", "upper"], strict: bool, rate_towards: float, direction: Direction):
-        self.bar = bar
-        self.alpha = alpha
-        self.deciding_bound = deciding_bound
-        self.strict = strict  # the gate's comparisons: PASS on lower >= min, FAIL on upper < min, ...
-        self.rate_towards = rate_towards  # the probability that one case counts towards j
-        self.direction = direction
+    bar: float
+    alpha: float
+    deciding_bound: Literal["lower", "upper"]
+    strict: bool  # the gate's comparisons: PASS on lower >= min, FAIL on upper < min, ...
+    rate_towards: float  # the probability that one case counts towards j
+    direction: Direction
 
     @classmethod
     def for_estimate(cls, estimate: float, bar: float, kind: BarKind, confidence: float) -> _Rule:
