@@ -63,7 +63,7 @@ def _critical_value(confidence: float) -> float:
     return float(stats.norm.isf((1.0 - confidence) / 2.0))
 
 
-# Tango's Z decreases in d (checked over every table up to 100 pairs in the tests), so the
+# Tango's Z decreases in d (checked over every table up to 50 pairs in the tests), so the
 # interval {d : |Z(d)| <= z} has one crossing on each side of the estimate, where Z(d) = 0.
 
 
@@ -96,7 +96,7 @@ def _score(fixed: int, broken: int, pairs: int, difference: float) -> float:
     numerator = fixed - broken - pairs * difference
     variance = pairs * (2.0 * q_broken + difference * (1.0 - difference))
     if variance <= 0.0:
-        # Only at d = +-1 with every pair on that side: the data are the null itself (Z = 0),
-        # or contradict it with no variance left (an infinite Z of the numerator's sign).
+        # At d = +-1 the null leaves no variance: Z is 0 when every pair is on that side (the
+        # data are the null itself), else infinite with the numerator's sign.
         return 0.0 if numerator == 0 else math.copysign(math.inf, numerator)
     return numerator / math.sqrt(variance)
