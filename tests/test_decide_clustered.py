@@ -61,13 +61,13 @@ def _clopper_pearson(passes: float, cases: float) -> tuple[float, float]:
     return float(lower), float(upper)
 
 
-def _cluster_rates(rng: np.random.Generator, rate: float, correlation: float, clusters: int) -> np.ndarray:
+def _cluster_rates(rng: np.random.Generator, rate: float, correlation: float, shape: tuple[int, int]) -> np.ndarray:
     """Per-cluster pass probabilities: Beta with mean `rate` and ICC `correlation`
     (a + b = 1/ICC - 1), so passes in a cluster of m are beta-binomial."""
     if correlation == 0:
-        return np.full(clusters, rate)
+        return np.full(shape, rate)
     scale = (1 - correlation) / correlation
-    return rng.beta(rate * scale, (1 - rate) * scale, size=clusters)
+    return rng.beta(rate * scale, (1 - rate) * scale, size=shape)
 
 
 # -- spot values ---------------------------------------------------------------------------
@@ -155,8 +155,9 @@ def test_simulated_coverage_with_unequal_cluster_sizes():
             for rate in RATES:
                 covered = {"EC": 0, "KG": 0}
                 width = {"EC": 0.0, "KG": 0.0}
-                for _ in range(REPLICATIONS):
-                    passed = rng.binomial(sizes_array, _cluster_rates(rng, rate, correlation, len(sizes))).tolist()
+                rates = _cluster_rates(rng, rate, correlation, (REPLICATIONS, len(sizes)))
+                samples = rng.binomial(sizes_array, rates).tolist()
+                for passed in samples:
                     for label, interval in (("EC", effective_clusters_interval), ("KG", korn_graubard_interval)):
                         lower, upper = interval(passed, sizes, CONFIDENCE)
                         covered[label] += lower <= rate <= upper
@@ -195,8 +196,12 @@ def _total_passes_distribution(sizes: list[int], rate: float, correlation: float
         else:
             scale = (1 - correlation) / correlation
             pmf = stats.betabinom.pmf(passes, size, rate * scale, (1 - rate) * scale)
-        for _ in range(count):
-            distribution = np.convolve(distribution, pmf)[: total + 1]
+        while count:  # convolve `count` copies of pmf in by squaring
+            if count & 1:
+                distribution = np.convolve(distribution, pmf)[: total + 1]
+            count >>= 1
+            if count:
+                pmf = np.convolve(pmf, pmf)
     return distribution
 
 

@@ -180,13 +180,16 @@ def _log_multinomial(counts: list[np.ndarray], probabilities: list[float]) -> np
     return result
 
 
-def _full_tables(pairs: int):
-    """Every (both_pass, fixed, broken, both_fail) with the Tango and Newcombe intervals, the
-    Tango one from the public function called on each table."""
+def _full_tables(pairs: int, discordant):
+    """Every (both_pass, fixed, broken, both_fail) of `pairs` pairs, with Tango's interval
+    (from the public function, per (fixed, broken): it does not depend on how the unchanged
+    pairs split, which test_interval_ignores_how_unchanged_pairs_split checks table by table)
+    and Newcombe's."""
     rows = [(both_pass, fixed, broken, pairs - both_pass - fixed - broken)
             for fixed in range(pairs + 1) for broken in range(pairs + 1 - fixed) for both_pass in range(pairs + 1 - fixed - broken)]
     tables = np.array(rows)
-    bounds = np.array([paired_difference_interval(both_pass=a, fixed=b, broken=c, both_fail=d) for a, b, c, d in rows])
+    by_discordant = {(fixed, broken): bound for (fixed, broken), bound in zip(*discordant)}
+    bounds = np.array([by_discordant[(fixed, broken)] for _, fixed, broken, _ in rows])
     newcombe = np.column_stack(_newcombe_method10(*(tables[:, i].astype(float) for i in range(4))))
     return tables, bounds, newcombe
 
@@ -219,16 +222,22 @@ def _coverage_discordant(tables, bounds, pairs, p_fixed, p_broken) -> float:
 
 @pytest.fixture(scope="module")
 def enumerated():
-    return {pairs: _full_tables(pairs) for pairs in (24, 50)}, {pairs: _discordant_tables(pairs) for pairs in (24, 50, 100)}
+    discordant = {pairs: _discordant_tables(pairs) for pairs in (24, 50, 100)}
+    return {pairs: _full_tables(pairs, discordant[pairs]) for pairs in (24, 50)}, discordant
 
 
 def test_interval_ignores_how_unchanged_pairs_split(enumerated):
-    full, discordant = enumerated
-    for pairs in (24, 50):
+    """Every table of 24 pairs, and 2000 drawn at random of 50, through the public function:
+    the same interval as the (fixed, broken) lookup the coverage uses."""
+    full, _ = enumerated
+    rng = np.random.default_rng(2024)
+    for pairs, count in ((24, None), (50, 2000)):
         tables, bounds, _ = full[pairs]
-        by_discordant = {(b, c): bound for (b, c), bound in zip(*discordant[pairs])}
-        for (_, fixed, broken, _), bound in zip(tables, bounds):
-            assert tuple(bound) == pytest.approx(tuple(by_discordant[(fixed, broken)]), abs=1e-12)
+        chosen = range(len(tables)) if count is None else rng.choice(len(tables), size=count, replace=False)
+        for index in chosen:
+            both_pass, fixed, broken, both_fail = (int(value) for value in tables[index])
+            interval = paired_difference_interval(both_pass=both_pass, fixed=fixed, broken=broken, both_fail=both_fail)
+            assert interval == pytest.approx(tuple(bounds[index]), abs=1e-12)
 
 
 def test_exact_coverage_over_the_grid(enumerated):

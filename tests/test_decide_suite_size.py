@@ -50,20 +50,23 @@ GRID = [
 ]
 
 
-def _reference_probability(cases: int, estimate: float, bar: float, kind: str, direction: str) -> float:
-    """P(the interval decides `direction`) for Binomial(cases, estimate), by summing the pmf
-    over every pass count whose Clopper-Pearson interval decides, with the gate's comparisons
-    (PASS: lower >= min / upper <= max; FAIL: upper < min / lower > max)."""
-    passes = np.arange(cases + 1)
+def _reference_probabilities(largest: int, estimate: float, bar: float, kind: str, direction: str) -> np.ndarray:
+    """P(the interval decides `direction`) for Binomial(n, estimate), n = 1..largest: the pmf
+    summed over every pass count whose Clopper-Pearson interval (scipy.stats.beta.ppf, as the
+    gate computes it) decides, with the gate's comparisons (PASS: lower >= min / upper <= max;
+    FAIL: upper < min / lower > max). All (k, n) pairs at once."""
+    sizes = np.repeat(np.arange(1, largest + 1), np.arange(2, largest + 2))
+    passes = np.concatenate([np.arange(n + 1) for n in range(1, largest + 1)])
     alpha = 1 - CONFIDENCE
     with np.errstate(all="ignore"):
-        lower = np.where(passes == 0, 0.0, stats.beta.ppf(alpha / 2, passes, cases - passes + 1))
-        upper = np.where(passes == cases, 1.0, stats.beta.ppf(1 - alpha / 2, passes + 1, cases - passes))
+        lower = np.where(passes == 0, 0.0, stats.beta.ppf(alpha / 2, passes, sizes - passes + 1))
+        upper = np.where(passes == sizes, 1.0, stats.beta.ppf(1 - alpha / 2, passes + 1, sizes - passes))
     if kind == "min":
         decides = lower >= bar if direction == "PASS" else upper < bar
     else:
         decides = upper <= bar if direction == "PASS" else lower > bar
-    return float(stats.binom.pmf(passes, cases, estimate)[decides].sum())
+    weights = np.where(decides, stats.binom.pmf(passes, sizes, estimate), 0.0)
+    return np.bincount(sizes - 1, weights=weights, minlength=largest)
 
 
 def test_grid_returns_the_smallest_size_that_decides_with_80_percent():
@@ -75,7 +78,7 @@ def test_grid_returns_the_smallest_size_that_decides_with_80_percent():
         cases, direction = suite_size_to_decide(estimate, bar, kind, CONFIDENCE)
         assert direction == expected, (estimate, bar, kind)
         assert cases is not None
-        probabilities = [_reference_probability(size, estimate, bar, kind, direction) for size in range(1, cases + 101)]
+        probabilities = _reference_probabilities(cases + 100, estimate, bar, kind, direction)
         at_n = probabilities[cases - 1]
         assert at_n >= POWER, (estimate, bar, kind, cases, at_n)
         smaller_enough = [size for size in range(1, cases) if probabilities[size - 1] >= POWER]

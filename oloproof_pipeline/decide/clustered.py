@@ -14,7 +14,7 @@ Two methods, both Clopper-Pearson at an effective sample size n* with x* = rate 
   correlation, so it holds however few clusters there are. Its coverage depends on the data
   only through the number of passes, so tests/test_decide_clustered.py computes it exactly, by
   convolving the clusters' beta-binomial distributions: at least 0.94 at every ICC from 0 to 1
-  (clusters-as-cases falls to 0.02 on the same designs), and by simulation at least 0.985. The
+  (clusters-as-cases falls to 0.02 on the same designs), and by simulation at least 0.97. The
   price is width when cases are in fact independent (0.3-0.65 where Korn-Graubard gives
   0.1-0.2 on the simulated designs).
 
@@ -23,7 +23,7 @@ Two methods, both Clopper-Pearson at an effective sample size n* with x* = rate 
   degrees of freedom of the cluster count. Narrower, and fine when cases are not clustered,
   but NOT a valid fallback for the designs above: its variance comes from the clusters that
   happen to vary, and a sample in which the few large clusters all passed looks precise.
-  Simulated coverage falls to 0.82 with 30 singletons and 5 clusters of 10 at ICC 0.8, and to
+  Simulated coverage at ICC 0.8 falls to 0.80 with 30 singletons and 5 clusters of 10, and to
   0.78 with 50 singletons and 2 clusters of 25.
 
 Both assume independent clusters whose pass rates do not depend on their size (the
