@@ -34,8 +34,11 @@ from typing import Callable, Literal
 
 from scipy import special
 
+from ..model.outcomes import FAIL, PASS
+
 BarKind = Literal["min", "max"]
-Direction = Literal["PASS", "FAIL"]
+# The decision a suite of that size reaches: PASS or FAIL.
+Direction = str
 
 SUITE_SIZE_CAP = 1_000_000
 
@@ -146,9 +149,9 @@ class _Rule:
         above = estimate > bar
         if kind == "min":
             # PASS when lower >= bar; FAIL when upper < bar.
-            return cls(bar, alpha, "lower", False, estimate, "PASS") if above else cls(bar, alpha, "upper", True, 1.0 - estimate, "FAIL")
+            return cls(bar, alpha, "lower", False, estimate, PASS) if above else cls(bar, alpha, "upper", True, 1.0 - estimate, FAIL)
         # PASS when upper <= bar; FAIL when lower > bar.
-        return cls(bar, alpha, "lower", True, estimate, "FAIL") if above else cls(bar, alpha, "upper", False, 1.0 - estimate, "PASS")
+        return cls(bar, alpha, "lower", True, estimate, FAIL) if above else cls(bar, alpha, "upper", False, 1.0 - estimate, PASS)
 
     def decides(self, towards: int, cases: int) -> bool:
         if self.deciding_bound == "lower":
