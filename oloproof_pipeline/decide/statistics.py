@@ -157,8 +157,8 @@ def clustered_rate(outcomes_by_cluster: dict[str, list[str]], confidence: float 
     The design effect that scales a suite size is the one at an ICC of 1, the case-weighted
     mean cluster size: the interval assumes that worst case whatever the data show, so its
     width shrinks only as N / that size. A smaller design effect from an estimated ICC names
-    suites this interval decides far less often than the size promises (0-54% instead of
-    80% in the simulation of tests/test_gate.py when the true ICC is low)."""
+    suites this interval decides far less often than the size promises when the true ICC is
+    low (0-54% instead of 80% in a simulation; tests/test_gate.py checks the size shipped)."""
     counts = _count_by_cluster(outcomes_by_cluster)
     passed, failed, missing = sum(counts.passed), sum(counts.failed), sum(counts.missing)
     lower, upper = effective_clusters_interval(
