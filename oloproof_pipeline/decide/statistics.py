@@ -149,10 +149,10 @@ def clustered_rate(outcomes_by_cluster: dict[str, list[str]], confidence: float 
 
     Why this interval alone: a seeded simulation with unequal cluster sizes
     (tests/test_statistics.py) keeps its coverage at 0.97 or more, while the studentised
-    cluster bootstrap used before fell to 0.76-0.86 with a few large clusters and an
-    intra-cluster correlation (ICC) of 0.5-0.8, capped by clusters-as-cases Clopper-Pearson
-    or not. Intersecting the two (the bootstrap where it is narrower) covers no better than
-    the bootstrap; their hull only widens this interval.
+    cluster bootstrap used before covered as little as 0.56 with its clusters-as-cases cap
+    (0.77 without it, in a simulation made while choosing) with a few large clusters and an
+    intra-cluster correlation (ICC) of 0.5-0.8. Intersecting the two (the bootstrap where it
+    is narrower) covers no better than the bootstrap; their hull only widens this interval.
 
     The design effect that scales a suite size is the one at an ICC of 1, the case-weighted
     mean cluster size: the interval assumes that worst case whatever the data show, so its
