@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import json
+import logging
+import os
+import shlex
 import shutil
 import sys
 import threading
 from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Any, Iterator, Optional
 
 import typer
-from rich.console import Console
+from rich import box
+from rich.console import Console, Group
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -20,6 +25,7 @@ from .model.outcomes import (
     ALLOW,
     EXIT_ALLOW,
     EXIT_INCOMPLETE,
+    EXIT_MEANINGS,
     EXIT_USAGE,
     FAIL,
     INSUFFICIENT_EVIDENCE,
@@ -37,9 +43,19 @@ app = typer.Typer(
     no_args_is_help=True,
     help="Evaluate a tool-using agent by the world it leaves behind; gate its release.",
 )
-# Piped output (CI logs, files) gets a wide table instead of rich's 80-column fallback.
-console = Console(width=None if sys.stdout.isatty() else 200)
-error_console = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
+
+
+def output_width(stream) -> int | None:
+    """A terminal's own width; piped output (CI logs, files) gets $COLUMNS, else a wide 200
+    instead of rich's 80-column fallback."""
+    if stream.isatty():
+        return None
+    columns = os.environ.get("COLUMNS", "")
+    return int(columns) if columns.isdigit() and int(columns) > 0 else 200
+
+
+console = Console(width=output_width(sys.stdout))
+error_console = Console(stderr=True, width=output_width(sys.stderr))
 
 PROJECT_OPTION = typer.Option(Path("."), "--project", "-p", help="The evaluation project folder.")
 
@@ -90,23 +106,168 @@ def init(
 # -- run and gate --------------------------------------------------------------------------
 
 
+JSON_OPTION = typer.Option(
+    False, "--json", help="Print one JSON document on stdout (the gate, each rule, the run); nothing else goes there."
+)
+
+
 @app.command()
 def run(
     project: Path = PROJECT_OPTION,
     fresh: bool = typer.Option(False, "--fresh", help="Re-record every case, ignoring stored recordings."),
     verbose: bool = typer.Option(False, "--verbose", help="Show Dagster's log as the run goes."),
+    as_json: bool = JSON_OPTION,
 ) -> None:
     """Record, judge and gate the system's current version; exit with the gate's code."""
     from .defs.launch import run_evaluation
 
-    with journal_progress(project.resolve(), default_version(project), enabled=not verbose):
-        evaluation = run_evaluation(project, fresh=fresh, log_level="INFO" if verbose else "CRITICAL")
+    root = project.resolve()
+    with stdout_to_stderr(enabled=as_json), blocked_gate_without_stack_trace(enabled=verbose):
+        with journal_progress(root, default_version(project), enabled=not (verbose or as_json)):
+            evaluation = run_evaluation(project, fresh=fresh, log_level="INFO" if verbose else "CRITICAL")
+    summary = run_summary(root, evaluation.run_id)
     if evaluation.errors:
+        if as_json:
+            print_json({"version": evaluation.version, "run_id": evaluation.run_id, "gate": None, "rules": [],
+                        "errors": evaluation.errors, "exit_code": EXIT_INCOMPLETE, **summary.document()})
         for error in evaluation.errors:
             error_console.print(f"[red]error:[/red] {error}", highlight=False)
-        raise CommandFailed(f"run {evaluation.run_id} failed", EXIT_INCOMPLETE)
-    console.print(f"Dagster run {evaluation.run_id} evaluated version {evaluation.version}.")
+        raise CommandFailed(f"run {evaluation.run_id} failed: {EXIT_MEANINGS[EXIT_INCOMPLETE]}", EXIT_INCOMPLETE)
+    if as_json:
+        document = gate_document(root, evaluation.version)
+        print_json({**document, "run_id": evaluation.run_id, **summary.document()})
+        raise typer.Exit(document["gate"]["exit_code"])
+    console.print(
+        f"Dagster run {evaluation.run_id} evaluated version {evaluation.version}: {summary.counts_text()}.",
+        highlight=False,
+    )
+    for line in summary.where_lines():
+        console.print(line, highlight=False, soft_wrap=True)
     show_gate(project, evaluation.version)
+
+
+class RunSummary:
+    """What a run did, read from its materializations' metadata: cases recorded and reused,
+    replays run and reused, verdicts judged, and where to look next."""
+
+    def __init__(self, project_root: Path, metadata: dict[str, dict[str, Any]]):
+        self.project_root = project_root
+        self.metadata = metadata
+
+    def _value(self, asset: str, key: str, default: Any = 0) -> Any:
+        return self.metadata.get(asset, {}).get(key, default)
+
+    def counts(self) -> dict[str, Any]:
+        verdicts = self._value("verdicts", "outcome_counts", {}) or {}
+        return {
+            "cases_recorded": self._value("recorded_runs", "cases_new"),
+            "cases_reused": self._value("recorded_runs", "cases_reused"),
+            "cases_failed": self._value("recorded_runs", "cases_failed"),
+            "replays_run": self._value("fault_replays", "replays_new"),
+            "replays_reused": self._value("fault_replays", "replays_reused"),
+            "replays_failed": self._value("fault_replays", "replays_failed"),
+            "verdicts": {outcome: sum(tally.get(outcome, 0) for tally in verdicts.values()) for outcome in OUTCOMES},
+        }
+
+    def counts_text(self) -> str:
+        counts = self.counts()
+        failed = lambda count: f", {count} failed" if count else ""  # noqa: E731
+        verdicts = counts["verdicts"]
+        return (
+            f"recorded {counts['cases_recorded']} cases and reused {counts['cases_reused']}{failed(counts['cases_failed'])}; "
+            f"replayed {counts['replays_run']} and reused {counts['replays_reused']}{failed(counts['replays_failed'])}; "
+            f"judged {sum(verdicts.values())} verdicts ("
+            + ", ".join(f"{count} {outcome}" for outcome, count in verdicts.items()) + ")"
+        )
+
+    def report_path(self) -> str | None:
+        return self._value("gate", "report_path", None)
+
+    def dagster_dev_command(self) -> str:
+        """The README's line with this project's own paths: the instance the run is in."""
+        from .defs.instance import instance_home
+
+        home = f"DAGSTER_HOME={shlex.quote(str(instance_home(self.project_root)))}"
+        definitions = self.project_root / "definitions.py"
+        if definitions.is_file():
+            return f"{home} dagster dev -f {shlex.quote(str(definitions))}"
+        return (f"{home} dagster dev -f definitions.py  (a definitions.py in {self.project_root} with "
+                "`defs = build_definitions(Path(__file__).parent)`, as the README shows)")
+
+    def where_lines(self) -> list[str]:
+        lines = [f"Report: {self.report_path()}"] if self.report_path() else []
+        return [*lines, f"Open the run in Dagster: {self.dagster_dev_command()}"]
+
+    def document(self) -> dict[str, Any]:
+        return {"counts": self.counts(), "report": self.report_path(), "dagster_dev": self.dagster_dev_command()}
+
+
+def run_summary(project_root: Path, run_id: str) -> RunSummary:
+    from dagster import DagsterEventType
+
+    from .defs.instance import project_instance
+
+    metadata: dict[str, dict[str, Any]] = {}
+    for entry in project_instance(project_root).all_logs(run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION):
+        materialization = entry.asset_materialization
+        if materialization is not None:
+            metadata[materialization.asset_key.path[-1]] = {key: value.value for key, value in materialization.metadata.items()}
+    return RunSummary(project_root, metadata)
+
+
+@contextmanager
+def stdout_to_stderr(*, enabled: bool) -> Iterator[None]:
+    """Everything written to stdout goes to stderr meanwhile, at the file-descriptor level, so
+    a system under test that prints, Dask's workers and Dagster cannot spoil `--json`."""
+    if not enabled:
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+class _GateCheckLogger(logging.Logger):
+    """The class of Dagster's console logger under `run --verbose`: a blocked gate is a
+    decision, not a crash, so the failed gate check's step and run failures print as their
+    one-line message, without Dagster's stack trace of DagsterAssetCheckFailedError."""
+
+    def __init__(self, name: str, level: int | str = logging.NOTSET):
+        super().__init__(name, level)
+        self.addFilter(_drop_gate_check_trace)
+
+
+def _drop_gate_check_trace(record: logging.LogRecord) -> bool:
+    message = str(record.msg)
+    if "DagsterAssetCheckFailedError" in message:
+        record.msg = message.split("\n\n", 1)[0] + " (the gate blocks; see the decisions below)"
+    return True
+
+
+@contextmanager
+def blocked_gate_without_stack_trace(*, enabled: bool) -> Iterator[None]:
+    """Dagster builds its console logger with logging.getLoggerClass() when the run starts."""
+    if not enabled:
+        yield
+        return
+    previous = logging.getLoggerClass()
+    logging.setLoggerClass(_GateCheckLogger)
+    try:
+        yield
+    finally:
+        logging.setLoggerClass(previous)
+
+
+def print_json(document: dict[str, Any]) -> None:
+    """One JSON document on stdout (NaN refused: it is not JSON)."""
+    sys.stdout.write(json.dumps(document, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
+    sys.stdout.flush()
 
 
 def journal_line_count(project_root: Path, table: str, version: str) -> int:
@@ -151,9 +312,15 @@ def journal_progress(project_root: Path, version: str, *, enabled: bool = True) 
 def gate(
     project: Path = PROJECT_OPTION,
     version: Optional[str] = typer.Option(None, "--version", "-v", help="System version (default: the current one)."),
+    as_json: bool = JSON_OPTION,
 ) -> None:
     """Print the stored gate for a version and exit with its code."""
-    show_gate(project, version or default_version(project))
+    version = version or default_version(project)
+    if as_json:
+        document = gate_document(project.resolve(), version)
+        print_json(document)
+        raise typer.Exit(document["gate"]["exit_code"])
+    show_gate(project, version)
 
 
 def default_version(project_dir: Path) -> str:
@@ -162,7 +329,11 @@ def default_version(project_dir: Path) -> str:
     return current_system_version(load_project(project_dir))
 
 
-def show_gate(project_dir: Path, version: str) -> None:
+NO_RULES = "release.yaml has no rules, so nothing is gated"
+
+
+def stored_gate(project_dir: Path, version: str) -> tuple[list[dict], str, list[str], int]:
+    """A version's stored gate: (rule rows, decision, reasons, exit code)."""
     frame = read_table(project_dir.resolve(), "gate", version)
     if frame is None:
         stored = ", ".join(stored_partitions(project_dir.resolve(), "gate")) or "none"
@@ -171,16 +342,56 @@ def show_gate(project_dir: Path, version: str) -> None:
             EXIT_INCOMPLETE,
         )
     rows = rows_from_frame(frame, GATE_NESTED)
+    decision = rows[0]["gate_decision"] if rows else ALLOW
+    reasons = rows[0]["gate_reasons"] if rows else [NO_RULES]
+    return rows, decision, reasons, exit_code_for(row["decision"] for row in rows)
+
+
+def show_gate(project_dir: Path, version: str) -> None:
+    rows, decision, reasons, exit_code = stored_gate(project_dir, version)
     if rows:
         console.print(gate_table(rows, version))
     else:
         show_outcome_counts(project_dir, version)
     show_violations(project_dir, version)
-    decision = rows[0]["gate_decision"] if rows else ALLOW
-    reasons = rows[0]["gate_reasons"] if rows else ["release.yaml has no rules, so nothing is gated"]
     colour = "green" if decision == ALLOW else "red"
-    console.print(f"Gate: [bold {colour}]{decision}[/]" + (f"  ({'; '.join(reasons)})" if reasons else ""))
-    raise typer.Exit(exit_code_for(row["decision"] for row in rows))
+    meaning = EXIT_MEANINGS[exit_code] if rows else NO_RULES
+    console.print(f"Gate: [bold {colour}]{decision}[/] (exit code {exit_code}: {meaning})", highlight=False)
+    raise typer.Exit(exit_code)
+
+
+def gate_document(project_root: Path, version: str) -> dict[str, Any]:
+    """The stored gate as `gate --json` prints it: the version, the run that decided it, the
+    gate, and each rule's decision, rate, interval, method, bar, counts and reasons."""
+    rows, decision, reasons, exit_code = stored_gate(project_root, version)
+    return {
+        "version": version,
+        "run_id": rows[0]["judged_by_run"] if rows else None,
+        "gate": {"decision": decision, "exit_code": exit_code, "meaning": EXIT_MEANINGS[exit_code] if rows else NO_RULES,
+                 "reasons": reasons},
+        "rules": [rule_document(row) for row in rows],
+    }
+
+
+def rule_document(row: dict) -> dict[str, Any]:
+    return {
+        "rule_id": row["rule_id"],
+        "metric": row["metric"],
+        "decision": row["decision"],
+        "rate": row["estimate"],
+        "interval": {"lower": row["lower"], "upper": row["upper"]},
+        "method": row["method"],
+        "bar": {"kind": row["bar_kind"], "min": row["bar_min"], "max": row["bar_max"]},
+        "counts": {
+            "passed": row["passed"],
+            "failed": row["failed"],
+            "judged": row["observed"],
+            "missing": row["missing"],
+            "excluded": row["excluded"],
+        },
+        "reasons": row["reasons"] or [],
+        "suite_size_to_decide": None if row["suite_size_to_decide"] is None else int(row["suite_size_to_decide"]),
+    }
 
 
 def show_violations(project_dir: Path, version: str) -> None:
@@ -192,14 +403,17 @@ def show_violations(project_dir: Path, version: str) -> None:
     summary = violation_summary(rows_from_frame(frame, VERDICT_NESTED)) if frame is not None else []
     if not summary:
         return
-    table = Table(title="Violations caught (step = tool call number)", title_justify="left")
-    for column in ("criterion", "rule", "cases", "violations"):
+    table = Table(title="Violations caught (step = tool call number)", title_justify="left", box=box.SIMPLE_HEAD,
+                  show_edge=False, pad_edge=False, collapse_padding=True)
+    table.add_column("criterion", overflow="fold", ratio=2)
+    table.add_column("rule", overflow="fold", ratio=2)
+    for column in ("cases", "violations"):
         table.add_column(column, no_wrap=True)
-    table.add_column("for example", overflow="fold", min_width=30)
+    table.add_column("for example", overflow="fold", ratio=5)
     for entry in summary:
         table.add_row(
             entry["criterion"], ", ".join(entry["rules"]), str(entry["cases"]), str(entry["violations"]),
-            "; ".join(entry["examples"]),
+            "\n".join(entry["examples"]),
         )
     console.print(table)
 
@@ -212,8 +426,9 @@ def show_outcome_counts(project_dir: Path, version: str) -> None:
     if verdicts is None or verdicts.empty:
         return
     table = Table(title=f"Verdicts for version {version}", title_justify="left")
-    for column in ("criterion", *OUTCOMES):
-        table.add_column(column)
+    table.add_column("criterion", overflow="fold")
+    for column in OUTCOMES:
+        table.add_column(column, no_wrap=True)
     for criterion, counts in outcome_counts(verdicts).items():
         table.add_row(criterion, *(str(counts[outcome]) for outcome in OUTCOMES))
     console.print(table)
@@ -223,30 +438,48 @@ def format_rate(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
-METHOD_NAMES = {"clopper_pearson": "exact", "cluster_bootstrap": "bootstrap"}
+# Short names for the interval methods stored in the gate table (cluster_bootstrap: tables
+# stored before the effective-clusters interval replaced it).
+METHOD_NAMES = {"clopper_pearson": "exact", "clopper_pearson_effective_clusters": "eff. clusters", "cluster_bootstrap": "bootstrap"}
 DECISION_STYLES = {PASS: "green", FAIL: "red", INSUFFICIENT_EVIDENCE: "yellow", MANUAL_REVIEW: "magenta"}
 
 
-def gate_table(rows: list[dict], version: str) -> Table:
-    table = Table(title=f"Decisions for version {version}", title_justify="left")
-    table.add_column("rule / metric", overflow="fold")
-    for column in ("decision", "rate", "interval", "passed/judged", "missing", "excluded"):
-        table.add_column(column, no_wrap=True)
-    table.add_column("reasons", overflow="fold", min_width=30, ratio=1)
+def gate_table(rows: list[dict], version: str) -> Group:
+    """The decisions: a table narrow enough for 80 columns (rule over metric, decision, rate,
+    interval over method, counts), then each rule's reasons under it, wrapped to the width."""
+    table = Table(title=f"Decisions for version {version}", title_justify="left", box=box.SIMPLE_HEAD,
+                  show_edge=False, pad_edge=False, collapse_padding=True)
+    table.add_column("rule / metric", overflow="fold", ratio=1, min_width=12)
+    table.add_column("decision", no_wrap=True)
+    table.add_column("rate", no_wrap=True, justify="right")
+    table.add_column("interval", no_wrap=True)
+    table.add_column("passed", no_wrap=True)
+    reasons = Table.grid(padding=(0, 2))
+    reasons.add_column(overflow="fold", max_width=30)
+    reasons.add_column(overflow="fold", ratio=1)
     for row in rows:
-        judged = (row["passed"] or 0) + (row["failed"] or 0)
+        style = DECISION_STYLES.get(row["decision"], "white")
         method = METHOD_NAMES.get(row["method"], row["method"] or "")
         table.add_row(
             f"{row['rule_id']}\n[dim]{row['metric']}[/]",
-            f"[{DECISION_STYLES.get(row['decision'], 'white')}]{row['decision']}[/]",
+            f"[{style}]{row['decision']}[/]",
             format_rate(row["estimate"]),
-            f"[{format_rate(row['lower'])}, {format_rate(row['upper'])}] [dim]{method}[/]",
-            f"{row['passed']}/{judged}",
-            str(row["missing"]),
-            str(row["excluded"]),
-            "; ".join(row["reasons"] or []),
+            f"[{format_rate(row['lower'])}, {format_rate(row['upper'])}]\n[dim]{method}[/]",
+            "\n".join(counts_lines(row)),
         )
-    return table
+        reasons.add_row(f"[{style}]{row['rule_id']}[/]", "\n".join(row["reasons"] or ["-"]))
+    return Group(table, "", "Reasons:", reasons)
+
+
+def counts_lines(row: dict) -> list[str]:
+    """`20/24` (passed of judged), then the missing and excluded cases when there are any."""
+    judged = (row["passed"] or 0) + (row["failed"] or 0)
+    lines = [f"{row['passed']}/{judged}"]
+    if row["missing"]:
+        lines.append(f"{row['missing']} missing")
+    if row["excluded"]:
+        lines.append(f"{row['excluded']} excl.")
+    return lines
 
 
 # -- reading stored results ----------------------------------------------------------------
@@ -342,15 +575,22 @@ def export(
     project: Path = PROJECT_OPTION,
     version: Optional[str] = typer.Option(None, "--version", "-v", help="System version (default: the current one)."),
     format: str = typer.Option("jsonl", "--format", help="Only jsonl for now."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Where to write (default under .oloproof/exports)."),
+    output: Optional[Path] = typer.Option(
+        None, "--output", "-o", help="Where to write (default under .oloproof/exports); '-' for stdout."
+    ),
 ) -> None:
     """Write one JSON line per case and run: task_id, run_id, scores per grader, violated constraints."""
-    from .read.export import write_jsonl
+    from .read.export import write_jsonl, write_jsonl_to
     from .store.layout import output_dir
 
     if format != "jsonl":
         raise CommandFailed(f"unknown format {format!r}; use jsonl", 2)
     loaded, results = stored_results(project, version)
+    if output == Path("-"):
+        count = write_jsonl_to(results, sys.stdout)
+        sys.stdout.flush()
+        error_console.print(f"Wrote {count} lines to stdout", highlight=False)
+        return
     path = output or output_dir(loaded.root) / "exports" / f"results-{results.version}.jsonl"
     count = write_jsonl(results, path)
     console.print(f"Wrote {count} lines to {path}")
@@ -367,21 +607,39 @@ def compare(
     from .read.results import load_results
 
     loaded = load_project(project.resolve())
-    comparisons = compare_versions(
-        load_results(loaded.root, base), load_results(loaded.root, candidate), loaded.release.confidence_level
-    )
-    table = Table(title=f"{base} -> {candidate} (paired cases)", title_justify="left")
-    for column in ("criterion", "paired", "both pass", "fixed", "broken", "both fail", "unpaired", "rate change", "interval"):
+    confidence = loaded.release.confidence_level
+    comparisons = compare_versions(load_results(loaded.root, base), load_results(loaded.root, candidate), confidence)
+    console.print(comparison_table(comparisons, base, candidate, confidence))
+    for item in comparisons:
+        for label, cases, style in (("fixed", item.fixed_cases, "green"), ("broke", item.broken_cases, "red")):
+            if cases:
+                console.print(f"{item.criterion} [{style}]{label}[/] ({len(cases)}): {', '.join(cases)}", highlight=False)
+    if comparisons:
+        console.print(
+            f"[dim]interval: {confidence:.0%} {comparisons[0].method} (Tango 1998) for the change in pass rate; "
+            "an unpaired case (missing or excluded on one side) counts as broken for the lower bound and fixed "
+            "for the upper[/]",
+            highlight=False,
+        )
+
+
+def comparison_table(comparisons, base: str, candidate: str, confidence: float) -> Table:
+    """Per criterion the paired counts, then the change in pass rate over its interval: narrow
+    enough for 80 columns."""
+    from .read.compare import interval_text
+
+    table = Table(title=f"{base} -> {candidate} (paired cases)", title_justify="left", box=box.SIMPLE_HEAD,
+                  show_edge=False, pad_edge=False, collapse_padding=True)
+    table.add_column("criterion", overflow="fold", ratio=1, min_width=12)
+    for column in ("paired", "both\npass", "fixed", "broken", "both\nfail", "unpaired", f"change\n{confidence:.0%} interval"):
         table.add_column(column, no_wrap=True)
-    table.add_column("broke", overflow="fold")
     for item in comparisons:
         change = "-" if item.difference is None else f"{item.difference:+.3f}"
-        interval = "-" if item.lower is None else f"[{item.lower:+.3f}, {item.upper:+.3f}]"
         table.add_row(
             item.criterion, str(item.paired), str(item.both_pass), f"[green]{item.fixed}[/]", f"[red]{item.broken}[/]",
-            str(item.both_fail), str(item.unpaired), change, interval, ", ".join(item.broken_cases),
+            str(item.both_fail), str(item.unpaired), f"{change}\n{interval_text(item)}",
         )
-    console.print(table)
+    return table
 
 
 def main() -> None:
