@@ -16,7 +16,6 @@ does not.
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 
 import numpy as np
