@@ -147,12 +147,33 @@ def run(
     from .model.config import check_release_policy
 
     check_release_policy(load_project(project), ungated=ungated)  # before the system is imported
-    with journal_progress(project.resolve(), default_version(project), enabled=not verbose):
+    with journal_progress(project.resolve(), default_version(project), enabled=not verbose), instance_writes(project):
         evaluation = run_evaluation(project, fresh=fresh, ungated=ungated, log_level="INFO" if verbose else "CRITICAL")
     if evaluation.errors:
         raise CommandFailed(f"{'; '.join(evaluation.errors)} (Dagster run {evaluation.run_id} failed)", EXIT_INCOMPLETE)
     console.print(f"Dagster run {evaluation.run_id} evaluated version {evaluation.version}.")
     show_gate(project, evaluation.version, ungated=ungated)
+
+
+@contextmanager
+def instance_writes(project_dir: Path) -> Iterator[None]:
+    """Dagster's instance is SQLite: a full disk or a read-only folder surfaces as a database
+    error with no path, so name the instance's folder."""
+    import sqlite3
+
+    from .defs.instance import instance_home
+
+    try:
+        yield
+    except Exception as error:
+        cause = getattr(error, "orig", error)  # SQLAlchemy wraps the sqlite3 error
+        if not isinstance(cause, sqlite3.Error):
+            raise
+        home = instance_home(project_dir.resolve())
+        raise CommandFailed(
+            f"{home}: Dagster's instance database cannot be written ({cause}); check free space and write permission",
+            EXIT_INCOMPLETE,
+        ) from None
 
 
 def journal_line_count(project_root: Path, table: str, version: str) -> int:
@@ -430,7 +451,10 @@ def export(
     check_output_file(output, "export")
     loaded, results = stored_results(project, version)
     path = output or output_dir(loaded.root) / "exports" / f"results-{results.version}.jsonl"
-    count = write_jsonl(results, path)
+    try:
+        count = write_jsonl(results, path)
+    except OSError as error:
+        raise StorageWriteError(path, error) from None
     console.print(f"Wrote {count} lines to {path}")
 
 

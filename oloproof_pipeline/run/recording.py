@@ -77,7 +77,8 @@ def record_cases(
     journal = Journal.for_partition(project.root, TABLE, version)
     if fresh:
         journal.clear()
-    stored = runs_from_table(stored_work(project.root, TABLE, version))
+    # `fresh` needs nothing stored, so even a broken table never stands in its way.
+    stored = [] if fresh else runs_from_table(stored_work(project.root, TABLE, version))
     reusable = {} if fresh else reusable_runs(stored, journal, version)
     previous_ids = {run.case_id for run in stored}
     to_record = [case for case in cases if case.case_digest not in reusable]

@@ -33,14 +33,14 @@ class StoredTableError(Exception):
 
     def __init__(self, path: Path, reason: str):
         self.path = path
-        super().__init__(
-            f"{path}: stored table cannot be read ({reason}); `oloproof run` rebuilds it "
-            "(`oloproof run --fresh` re-records every case)"
-        )
+        # A partitioned table lives in a folder of versions; `run` rebuilds one version at a time.
+        partitioned = path.parent.name != "tables"
+        run = f"`oloproof run` of version {path.stem!r}" if partitioned else "`oloproof run`"
+        super().__init__(f"{path}: stored table cannot be read ({reason}); {run} rebuilds it")
 
 
 class StorageWriteError(Exception):
-    """Writing under `.oloproof/` failed (a full disk, a read-only folder): one line naming the path."""
+    """Writing a file failed (a full disk, a read-only folder): one line naming the path."""
 
     def __init__(self, path: Path, error: OSError):
         self.path = path
@@ -90,6 +90,16 @@ def write_table_file(path: Path, frame: pd.DataFrame) -> None:
     except OSError as error:
         with suppress(OSError):
             partial.unlink(missing_ok=True)
+        raise StorageWriteError(path, error) from None
+
+
+def write_text_file(path: Path, text: str) -> None:
+    """A text file (a report) written in place: `-o` may name any file the user can write,
+    a pipe or a device included, so no rename. A failure names the path."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    except OSError as error:
         raise StorageWriteError(path, error) from None
 
 
