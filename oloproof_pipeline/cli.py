@@ -143,10 +143,12 @@ def run(
     verbose: bool = typer.Option(False, "--verbose", help="Show Dagster's log as the run goes."),
 ) -> None:
     """Record, judge and gate the system's current version; exit with the gate's code."""
-    from .defs.launch import run_evaluation
     from .model.config import check_release_policy
 
-    check_release_policy(load_project(project), ungated=ungated)  # before the system is imported
+    # A bad file is found before Dagster is even imported, and before the system is.
+    check_release_policy(load_project(project), ungated=ungated)
+    from .defs.launch import run_evaluation
+
     with journal_progress(project.resolve(), default_version(project), enabled=not verbose), instance_writes(project):
         evaluation = run_evaluation(project, fresh=fresh, ungated=ungated, log_level="INFO" if verbose else "CRITICAL")
     if evaluation.errors:
