@@ -230,13 +230,14 @@ class UniqueKeyLoader(yaml.SafeLoader):
                     continue
                 key = self.construct_object(key_node, deep=True)
                 try:
-                    first = first_lines.setdefault(key, key_node.start_mark.line + 1)
+                    first = first_lines.get(key)
                 except TypeError:  # an unhashable key: the base constructor says so
                     continue
-                if first != key_node.start_mark.line + 1:
+                if first is not None:
                     raise yaml.constructor.ConstructorError(
                         None, None, f"key {key!r} repeats the one on line {first}", key_node.start_mark
                     )
+                first_lines[key] = key_node.start_mark.line + 1
         return super().construct_mapping(node, deep=deep)
 
 
