@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 import os
@@ -19,10 +20,13 @@ from rich import box
 from rich.console import Console, Group
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from typer.exceptions import TyperException
 
+from .model.config import NO_RELEASE_POLICY, VERSION_PATTERN
 from .model.errors import ProjectError
 from .model.outcomes import (
     ALLOW,
+    BLOCK,
     EXIT_ALLOW,
     EXIT_INCOMPLETE,
     EXIT_MEANINGS,
@@ -35,7 +39,8 @@ from .model.outcomes import (
     exit_code_for,
 )
 from .project import load_project
-from .store.layout import OUTPUT_DIR, read_table, stored_partitions
+from .store.journal import log as evidence_log
+from .store.layout import OUTPUT_DIR, StorageWriteError, StoredTableError, read_table, stored_partitions
 from .store.tables import GATE_NESTED, rows_from_frame
 
 app = typer.Typer(
@@ -58,6 +63,18 @@ console = Console(width=output_width(sys.stdout))
 error_console = Console(stderr=True, width=output_width(sys.stderr))
 
 PROJECT_OPTION = typer.Option(Path("."), "--project", "-p", help="The evaluation project folder.")
+
+
+def checked_version(version: Optional[str]) -> Optional[str]:
+    """A version names files under .oloproof/: anything but a partition key is a usage error."""
+    if version is not None and (not VERSION_PATTERN.match(version) or version in {".", ".."}):
+        raise typer.BadParameter(f"{version!r} is not a version: use letters, digits, '.', '_' and '-'")
+    return version
+
+
+VERSION_OPTION = typer.Option(
+    None, "--version", "-v", help="System version (default: the current one).", callback=checked_version
+)
 
 
 class CommandFailed(Exception):
@@ -92,15 +109,41 @@ def init(
             console.print(name)
         return
     if example not in names:
-        raise CommandFailed(f"no example named {example!r} (examples: {', '.join(names)})", 2)
-    if directory.exists() and any(directory.iterdir()):
-        raise CommandFailed(f"{directory}: folder is not empty; choose a new one", 2)
+        raise CommandFailed(f"no example named {example!r} (examples: {', '.join(names)})", EXIT_USAGE)
+    check_new_project_folder(directory)
     source = resources.files("oloproof_pipeline.example_project").joinpath(example.replace("-", "_"))
     with resources.as_file(source) as source_path:
         shutil.copytree(
             source_path, directory, dirs_exist_ok=True, ignore=shutil.ignore_patterns(OUTPUT_DIR, "__pycache__")
         )
     console.print(f"Created {directory} from the {example} example. Next: cd {directory} && oloproof run")
+
+
+def check_new_project_folder(directory: Path) -> None:
+    """`init` writes only into a new or empty folder: never over a file or through a broken link."""
+    if directory.is_symlink() and not directory.exists():
+        raise CommandFailed(f"{directory}: a link to {directory.readlink()}, which does not exist; choose a new folder", EXIT_USAGE)
+    if directory.exists() and not directory.is_dir():
+        raise CommandFailed(f"{directory}: is a file, not a folder; choose a new folder", EXIT_USAGE)
+    if directory.is_dir() and any(directory.iterdir()):
+        raise CommandFailed(f"{directory}: folder is not empty; choose a new one", EXIT_USAGE)
+    check_writable_under(directory, "init")
+
+
+def check_writable_under(path: Path, command: str) -> None:
+    """Nothing can be written under a file: say so before trying (`export -o notes.txt/x.jsonl`)."""
+    blocking = next((parent for parent in reversed(path.parents) if parent.exists() and not parent.is_dir()), None)
+    if blocking is not None:
+        raise CommandFailed(f"{command}: cannot write {path}: {blocking} is a file, not a folder", EXIT_USAGE)
+
+
+def check_output_file(path: Path | None, command: str) -> None:
+    """`-o` names a file to write: not a folder, and not under a file."""
+    if path is None:
+        return
+    if path.is_dir():
+        raise CommandFailed(f"{command} -o {path}: is a folder; name a file in it, e.g. {path / 'out'}", EXIT_USAGE)
+    check_writable_under(path, command)
 
 
 # -- run and gate --------------------------------------------------------------------------
@@ -115,16 +158,25 @@ JSON_OPTION = typer.Option(
 def run(
     project: Path = PROJECT_OPTION,
     fresh: bool = typer.Option(False, "--fresh", help="Re-record every case, ignoring stored recordings."),
+    ungated: bool = typer.Option(
+        False, "--ungated", help="Record and judge without a release policy: print the verdict counts, decide nothing, exit 0."
+    ),
     verbose: bool = typer.Option(False, "--verbose", help="Show Dagster's log as the run goes."),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Record, judge and gate the system's current version; exit with the gate's code."""
+    from .model.config import check_release_policy
+
+    # A bad file is found before Dagster is even imported, and before the system is.
+    check_release_policy(load_project(project), ungated=ungated)
     from .defs.launch import run_evaluation
 
     root = project.resolve()
     with stdout_to_stderr(enabled=as_json), blocked_gate_without_stack_trace(enabled=verbose):
-        with journal_progress(root, default_version(project), enabled=not (verbose or as_json)):
-            evaluation = run_evaluation(project, fresh=fresh, log_level="INFO" if verbose else "CRITICAL")
+        with journal_progress(root, default_version(project), enabled=not (verbose or as_json)), instance_writes(project):
+            evaluation = run_evaluation(
+                project, fresh=fresh, ungated=ungated, log_level="INFO" if verbose else "CRITICAL"
+            )
     summary = run_summary(root, evaluation.run_id)
     if evaluation.errors:
         if as_json:
@@ -143,7 +195,28 @@ def run(
     )
     for line in summary.where_lines():
         console.print(line, highlight=False, soft_wrap=True)
-    show_gate(project, evaluation.version)
+    show_gate(project, evaluation.version, ungated=ungated)
+
+
+@contextmanager
+def instance_writes(project_dir: Path) -> Iterator[None]:
+    """Dagster's instance is SQLite: a full disk or a read-only folder surfaces as a database
+    error with no path, so name the instance's folder."""
+    import sqlite3
+
+    from .defs.instance import instance_home
+
+    try:
+        yield
+    except Exception as error:
+        cause = getattr(error, "orig", error)  # SQLAlchemy wraps the sqlite3 error
+        if not isinstance(cause, sqlite3.Error):
+            raise
+        home = instance_home(project_dir.resolve())
+        raise CommandFailed(
+            f"{home}: Dagster's instance database cannot be written ({cause}); check free space and write permission",
+            EXIT_INCOMPLETE,
+        ) from None
 
 
 class RunSummary:
@@ -311,11 +384,11 @@ def journal_progress(project_root: Path, version: str, *, enabled: bool = True) 
 @app.command()
 def gate(
     project: Path = PROJECT_OPTION,
-    version: Optional[str] = typer.Option(None, "--version", "-v", help="System version (default: the current one)."),
+    version: Optional[str] = VERSION_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Print the stored gate for a version and exit with its code."""
-    version = version or default_version(project)
+    version = stored_version(project, version, "gate")
     if as_json:
         document = gate_document(project.resolve(), version)
         print_json(document)
@@ -329,34 +402,51 @@ def default_version(project_dir: Path) -> str:
     return current_system_version(load_project(project_dir))
 
 
-NO_RULES = "release.yaml has no rules, so nothing is gated"
+def stored_version(project_dir: Path, version: str | None, table: str) -> str:
+    """The version to read back: the one asked for, which must be stored (else a usage error
+    naming the stored ones), or the current one, which may not have been run yet."""
+    root = project_dir.resolve()
+    stored = stored_partitions(root, table)
+    if version is None:
+        version = default_version(root)
+        if version not in stored:
+            raise CommandFailed(
+                f"no {table} stored for version {version!r}, the current one (stored: {', '.join(stored) or 'none'}); "
+                "run `oloproof run` first",
+                EXIT_INCOMPLETE,
+            )
+    elif version not in stored:
+        raise CommandFailed(f"no {table} stored for version {version!r}{did_you_mean(version, stored, 'stored')}", EXIT_USAGE)
+    return version
+
+
+def did_you_mean(name: str, known: list[str], what: str) -> str:
+    """` (did you mean a, b? stored: ...)`: the nearest names first, then a few of all of them."""
+    nearest = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
+    listed = ", ".join(known[:10]) + (f" and {len(known) - 10} more" if len(known) > 10 else "") if known else "none"
+    return f" ({'did you mean ' + ', '.join(nearest) + '? ' if nearest else ''}{what}: {listed})"
 
 
 def stored_gate(project_dir: Path, version: str) -> tuple[list[dict], str, list[str], int]:
     """A version's stored gate: (rule rows, decision, reasons, exit code)."""
     frame = read_table(project_dir.resolve(), "gate", version)
     if frame is None:
-        stored = ", ".join(stored_partitions(project_dir.resolve(), "gate")) or "none"
-        raise CommandFailed(
-            f"no gate stored for version {version!r} (stored: {stored}); run `oloproof run` first",
-            EXIT_INCOMPLETE,
-        )
+        raise CommandFailed(f"no gate stored for version {version!r}; run `oloproof run` first", EXIT_INCOMPLETE)
     rows = rows_from_frame(frame, GATE_NESTED)
-    decision = rows[0]["gate_decision"] if rows else ALLOW
-    reasons = rows[0]["gate_reasons"] if rows else [NO_RULES]
-    return rows, decision, reasons, exit_code_for(row["decision"] for row in rows)
+    if not rows:  # judged with no release policy: nothing was decided, so nothing is allowed
+        return rows, BLOCK, [NO_RELEASE_POLICY], EXIT_USAGE
+    return rows, rows[0]["gate_decision"], rows[0]["gate_reasons"], exit_code_for(row["decision"] for row in rows)
 
 
-def show_gate(project_dir: Path, version: str) -> None:
+def show_gate(project_dir: Path, version: str, *, ungated: bool = False) -> None:
     rows, decision, reasons, exit_code = stored_gate(project_dir, version)
-    if rows:
-        console.print(gate_table(rows, version))
-    else:
-        show_outcome_counts(project_dir, version)
+    if not rows:
+        show_ungated(project_dir, version, ungated=ungated)
+        return
+    console.print(gate_table(rows, version))
     show_violations(project_dir, version)
     colour = "green" if decision == ALLOW else "red"
-    meaning = EXIT_MEANINGS[exit_code] if rows else NO_RULES
-    console.print(f"Gate: [bold {colour}]{decision}[/] (exit code {exit_code}: {meaning})", highlight=False)
+    console.print(f"Gate: [bold {colour}]{decision}[/] (exit code {exit_code}: {EXIT_MEANINGS[exit_code]})", highlight=False)
     raise typer.Exit(exit_code)
 
 
@@ -367,7 +457,7 @@ def gate_document(project_root: Path, version: str) -> dict[str, Any]:
     return {
         "version": version,
         "run_id": rows[0]["judged_by_run"] if rows else None,
-        "gate": {"decision": decision, "exit_code": exit_code, "meaning": EXIT_MEANINGS[exit_code] if rows else NO_RULES,
+        "gate": {"decision": decision, "exit_code": exit_code, "meaning": EXIT_MEANINGS[exit_code] if rows else NO_RELEASE_POLICY,
                  "reasons": reasons},
         "rules": [rule_document(row) for row in rows],
     }
@@ -392,6 +482,17 @@ def rule_document(row: dict) -> dict[str, Any]:
         "reasons": row["reasons"] or [],
         "suite_size_to_decide": None if row["suite_size_to_decide"] is None else int(row["suite_size_to_decide"]),
     }
+
+
+def show_ungated(project_dir: Path, version: str, *, ungated: bool) -> None:
+    """A version judged with no release policy: its verdict counts, and no decision. Only the
+    run that was asked to be `--ungated` ends with 0; reading it back later is no ALLOW."""
+    show_outcome_counts(project_dir, version)
+    show_violations(project_dir, version)
+    if ungated:
+        console.print(f"Gate: none (--ungated: {NO_RELEASE_POLICY})")
+        raise typer.Exit(EXIT_ALLOW)
+    raise CommandFailed(f"version {version!r} was judged with {NO_RELEASE_POLICY}; write release.yaml and run `oloproof run`", EXIT_USAGE)
 
 
 def show_violations(project_dir: Path, version: str) -> None:
@@ -489,7 +590,7 @@ def stored_results(project_dir: Path, version: str | None):
     from .read.results import load_results
 
     root = project_dir.resolve()
-    return load_project(root), load_results(root, version or default_version(root))
+    return load_project(root), load_results(root, stored_version(root, version, "verdicts"))
 
 
 def json_text(value) -> str:
@@ -507,7 +608,7 @@ def short_run_id(run_id: str | None) -> str:
 def inspect(
     case_id: str = typer.Argument(..., help="The case to show, e.g. ord-013 or ord-013~injected."),
     project: Path = PROJECT_OPTION,
-    version: Optional[str] = typer.Option(None, "--version", "-v", help="System version (default: the current one)."),
+    version: Optional[str] = VERSION_OPTION,
 ) -> None:
     """Print a case's panel: input, answer, compared state paths, tool calls, verdicts and run ids."""
     from .read.reports import case_panel
@@ -515,7 +616,8 @@ def inspect(
     _, results = stored_results(project, version)
     panel = case_panel(results, case_id)
     if panel is None:
-        raise CommandFailed(f"no case {case_id!r} in the stored cases of {project}", EXIT_USAGE)
+        known = [case["case_id"] for case in results.cases]
+        raise CommandFailed(f"no case {case_id!r} in the stored cases of {project}{did_you_mean(case_id, known, 'cases')}", EXIT_USAGE)
     console.rule(f"[bold]{panel.case_id}[/]  version {panel.version}  recording: {panel.status}")
     console.print(f"[bold]input[/]  {json_text(panel.input)}", highlight=False, soft_wrap=True)
     console.print(f"[bold]answer[/] {json_text(panel.answer)}", highlight=False, soft_wrap=True)
@@ -559,12 +661,13 @@ def inspect(
 @app.command()
 def report(
     project: Path = PROJECT_OPTION,
-    version: Optional[str] = typer.Option(None, "--version", "-v", help="System version (default: the current one)."),
+    version: Optional[str] = VERSION_OPTION,
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Where to write the HTML file."),
 ) -> None:
     """Write one offline HTML report: gate, metrics with intervals, slices, a panel per case."""
     from .read.reports import write_html_report
 
+    check_output_file(output, "report")
     loaded, results = stored_results(project, version)
     path = write_html_report(loaded.root, results, loaded.name, output)
     console.print(f"Wrote {path}")
@@ -573,7 +676,7 @@ def report(
 @app.command()
 def export(
     project: Path = PROJECT_OPTION,
-    version: Optional[str] = typer.Option(None, "--version", "-v", help="System version (default: the current one)."),
+    version: Optional[str] = VERSION_OPTION,
     format: str = typer.Option("jsonl", "--format", help="Only jsonl for now."),
     output: Optional[Path] = typer.Option(
         None, "--output", "-o", help="Where to write (default under .oloproof/exports); '-' for stdout."
@@ -584,7 +687,8 @@ def export(
     from .store.layout import output_dir
 
     if format != "jsonl":
-        raise CommandFailed(f"unknown format {format!r}; use jsonl", 2)
+        raise CommandFailed(f"unknown format {format!r}; use jsonl", EXIT_USAGE)
+    check_output_file(output, "export")
     loaded, results = stored_results(project, version)
     if output == Path("-"):
         count = write_jsonl_to(results, sys.stdout)
@@ -592,14 +696,17 @@ def export(
         error_console.print(f"Wrote {count} lines to stdout", highlight=False)
         return
     path = output or output_dir(loaded.root) / "exports" / f"results-{results.version}.jsonl"
-    count = write_jsonl(results, path)
+    try:
+        count = write_jsonl(results, path)
+    except OSError as error:
+        raise StorageWriteError(path, error) from None
     console.print(f"Wrote {count} lines to {path}")
 
 
 @app.command()
 def compare(
-    base: str = typer.Argument(..., help="The base system version."),
-    candidate: str = typer.Argument(..., help="The candidate system version."),
+    base: str = typer.Argument(..., help="The base system version.", callback=checked_version),
+    candidate: str = typer.Argument(..., help="The candidate system version.", callback=checked_version),
     project: Path = PROJECT_OPTION,
 ) -> None:
     """Pair the same cases across two versions: per criterion, what got fixed and what broke."""
@@ -607,6 +714,8 @@ def compare(
     from .read.results import load_results
 
     loaded = load_project(project.resolve())
+    for version in (base, candidate):
+        stored_version(loaded.root, version, "verdicts")
     confidence = loaded.release.confidence_level
     comparisons = compare_versions(load_results(loaded.root, base), load_results(loaded.root, candidate), confidence)
     console.print(comparison_table(comparisons, base, candidate, confidence))
@@ -642,8 +751,37 @@ def comparison_table(comparisons, base: str, candidate: str, confidence: float) 
     return table
 
 
+class WarningLines(logging.Handler):
+    """Warnings about stored evidence (a skipped journal line, a table rebuilt from its
+    journal) as one `warning:` line each, each said once however often it is found."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.said: set[str] = set()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if message not in self.said:
+            self.said.add(message)
+            error_console.print(f"[yellow]warning:[/yellow] {message}", highlight=False, soft_wrap=True)
+
+
+def fail(message: str, exit_code: int) -> None:
+    error_console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    sys.exit(exit_code)
+
+
+def usage_error_line(error: TyperException) -> str:
+    """click's usage error as one line: the problem and where to read the usage."""
+    context = getattr(error, "ctx", None)
+    command = context.command_path if context is not None else "oloproof"
+    return f"{error.format_message()} (see `{command} --help`)"
+
+
 def main() -> None:
     """Entry point: known failures print one readable line and a distinct exit code."""
+    evidence_log.addHandler(WarningLines())
+    evidence_log.propagate = False
     try:
         # Outside standalone mode click returns a typer.Exit's code instead of exiting.
         result = app(standalone_mode=False)
@@ -653,23 +791,26 @@ def main() -> None:
             error_console.print(f"[red]error:[/red] {problem}", highlight=False, soft_wrap=True)
         sys.exit(EXIT_USAGE)
     except CommandFailed as error:
-        error_console.print(f"[red]error:[/red] {error}", highlight=False, soft_wrap=True)
-        sys.exit(error.exit_code)
+        fail(str(error), error.exit_code)
+    except (StoredTableError, StorageWriteError) as error:
+        fail(str(error), EXIT_INCOMPLETE)
+    except OSError as error:  # a full disk, a read-only folder, a path that is not a folder
+        where = f"{error.filename}: " if error.filename else ""
+        fail(f"{where}{error.strerror or error}", EXIT_INCOMPLETE)
     except (typer.Abort, KeyboardInterrupt):
         error_console.print("aborted")
         sys.exit(130)
-    except Exception as error:  # click usage errors carry their own exit code
-        import click
-
-        if isinstance(error, click.ClickException):
-            error.show()
-            sys.exit(error.exit_code)
+    except TyperException as error:  # click's own errors; typer bundles its click as typer._click
+        if type(error).__name__ == "NoArgsIsHelpError":
+            console.print(error.format_message(), highlight=False)  # the help text itself
+            sys.exit(EXIT_USAGE)
+        fail(usage_error_line(error), EXIT_USAGE if error.exit_code == EXIT_USAGE else EXIT_INCOMPLETE)
+    except Exception as error:
         # A bug, not a verdict: show where, and never exit with a code that reads as a gate.
         import traceback
 
         traceback.print_exc()
-        error_console.print(f"[red]internal error:[/red] {type(error).__name__}: {error}", highlight=False, soft_wrap=True)
-        sys.exit(EXIT_INCOMPLETE)
+        fail(f"internal error: {type(error).__name__}: {error}", EXIT_INCOMPLETE)
 
 
 if __name__ == "__main__":

@@ -154,10 +154,11 @@ def test_gate_allows_when_every_rule_passes():
     assert gate.decision == "ALLOW" and gate.reasons == [] and gate.exit_code == EXIT_ALLOW
 
 
-def test_gate_without_rules_allows():
+def test_gate_without_rules_never_allows():
+    """No release policy (an ungated run) decides nothing, so it allows nothing."""
     gate = decide_gate([])
-    assert gate.decision == "ALLOW" and gate.exit_code == EXIT_ALLOW
-    assert "no rules" in gate.reasons[0]
+    assert gate.decision == "BLOCK" and gate.exit_code == EXIT_USAGE
+    assert gate.reasons == ["no release policy (release.yaml): nothing is gated"]
 
 
 def test_gate_reasons_fail_first_then_manual_then_insufficient():

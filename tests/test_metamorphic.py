@@ -402,10 +402,10 @@ def test_copies_of_another_transform_and_other_evaluators():
         [RELATIONS[2], {"type": "state_matches", "criterion": "state_correct"}], file="oloproof.yaml"
     )
     paraphrase = TransformConfig(name="paraphrase", field="message", replace=[["refund", "reimbursement"]])
-    source = source_case(expected={"state": {}})
+    source = source_case(expected={"state": {"orders": {}}})
     other = derive_copy(paraphrase, source, declares_states=False).as_case()
     injected = derive_copy(INJECTED, source, declares_states=False).as_case()
-    runs = {case.case_id: recording(case, state={}) for case in (source, other, injected)}
+    runs = {case.case_id: recording(case, state={"orders": {}}) for case in (source, other, injected)}
     context = JudgingContext(cases={}, recordings=runs)
     assert (relation.judge_case(other, context).outcome, relation.judge_case(other, context).reason) == ("EXCLUDED", "another_transform")
     assert relation.judge_case(injected, context).outcome == "PASS"

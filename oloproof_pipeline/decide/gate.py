@@ -8,11 +8,12 @@ from typing import Iterable, Literal
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, computed_field
 
-from ..model.config import Project, RuleConfig
+from ..model.config import NO_RELEASE_POLICY, Project, RuleConfig
 from ..model.outcomes import (
     ALLOW,
     BLOCK,
     BLOCKING_ORDER,
+    EXIT_USAGE,
     FAIL,
     INSUFFICIENT_EVIDENCE,
     MANUAL_REVIEW,
@@ -210,8 +211,8 @@ class GateDecision(BaseModel):
     @computed_field  # type: ignore[prop-decorator]
     @property
     def exit_code(self) -> int:
-        """A distinct code per cause of a BLOCK (see `model/outcomes.py`)."""
-        return exit_code_for(rule.decision for rule in self.rules)
+        """A distinct code per cause of a BLOCK (see `model/outcomes.py`); no policy is a configuration error."""
+        return exit_code_for(rule.decision for rule in self.rules) if self.rules else EXIT_USAGE
 
 
 def decide_gate(decisions: Iterable[RuleDecision]) -> GateDecision:
@@ -219,7 +220,8 @@ def decide_gate(decisions: Iterable[RuleDecision]) -> GateDecision:
     INSUFFICIENT_EVIDENCE, each as `rule_id: DECISION: reason; reason`."""
     rules = list(decisions)
     if not rules:
-        return GateDecision(decision=ALLOW, reasons=["no rules: release.yaml gates nothing"], rules=[])
+        # No release policy (an ungated run): nothing was decided, so nothing is allowed.
+        return GateDecision(decision=BLOCK, reasons=[NO_RELEASE_POLICY], rules=[])
     reasons = [
         f"{rule.rule_id}: {rule.decision}: {'; '.join(rule.reasons)}"
         for outcome in BLOCKING_ORDER
