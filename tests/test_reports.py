@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from oloproof_pipeline.decide.paired import paired_difference_interval
+from oloproof_pipeline.read.compare import comparison_markdown, comparison_table, compare_criterion
+
 OLOPROOF = str(Path(sys.executable).parent / "oloproof")
 # A fix for the desk's first flaw: with it, version 1.1.0 declines the pasted overrides.
 FIXED_OVERRIDE = ('if "system override" in message.lower():', 'if False:')
@@ -111,11 +114,72 @@ def test_export_writes_one_json_line_per_case_and_run(two_versions):
     assert by_task["ord-001"]["run_id"] and by_task["ord-001"]["violated_constraints"] == []
 
 
+def _compare_rows(output: str) -> dict[str, list[str]]:
+    """The compare table's rows by criterion: the first line's cells, then the interval below."""
+    lines = output.splitlines()
+    rows = {}
+    for index, line in enumerate(lines):
+        cells = line.split()
+        if len(cells) == 8 and cells[1].isdigit():
+            rows[cells[0]] = cells + [lines[index + 1].strip()]
+    return rows
+
+
 def test_compare_pairs_the_same_cases_across_versions(two_versions):
     compared = oloproof("compare", "1.0.0", "1.1.0", cwd=two_versions)
     assert compared.returncode == 0, compared.stderr
-    rows = {line.split("│")[1].strip(): line for line in compared.stdout.splitlines() if line.startswith("│")}
+    rows = _compare_rows(compared.stdout)
     # The fix turns the four override cases from FAIL to PASS on the answer.
-    answer = [cell.strip() for cell in rows["answer_correct"].split("│")[1:-1]]
-    assert answer[:7] == ["answer_correct", "24", "20", "4", "0", "0", "0"]
-    assert answer[7] == "+0.167"
+    answer = rows["answer_correct"]
+    assert answer[:8] == ["answer_correct", "24", "20", "4", "0", "0", "0", "+0.167"]
+    # Tango's interval for 4 fixed, 0 broken of 24: the upper bound lies above the estimate.
+    lower, upper = paired_difference_interval(both_pass=20, fixed=4, broken=0, both_fail=0)
+    assert answer[8] == f"[{lower:+.3f}, {upper:+.3f}]" and upper > 4 / 24 > lower > 0
+    # Fixed cases are listed as well as broken ones.
+    assert "answer_correct fixed (4): ord-021, ord-022, ord-023, ord-024" in compared.stdout
+    assert "tango_score (Tango 1998)" in compared.stdout
+
+
+def test_compare_a_version_with_itself_gives_an_interval_around_zero(two_versions):
+    compared = oloproof("compare", "1.0.0", "1.0.0", cwd=two_versions)
+    assert compared.returncode == 0, compared.stderr
+    rows = _compare_rows(compared.stdout)
+    assert rows and all(row[3:5] == ["0", "0"] and row[7] == "+0.000" for row in rows.values())
+    # Nothing changed on 24 pairs is not proof of no change: about +-0.14, never [+0.000, +0.000].
+    assert rows["answer_correct"][8] == "[-0.138, +0.138]"
+    assert " fixed (" not in compared.stdout and " broke (" not in compared.stdout
+
+
+def test_compare_criterion_uses_tango_and_widens_for_unpaired_cases():
+    base = {f"c{i:02d}": "FAIL" if i < 8 else "PASS" for i in range(24)}
+    candidate = {case: "PASS" for case in base}
+    comparison = compare_criterion("m", base, candidate, 0.95)  # 8 fixed, 0 broken of 24
+    assert (comparison.fixed, comparison.broken, comparison.paired, comparison.method) == (8, 0, 24, "tango_score")
+    assert comparison.difference == pytest.approx(8 / 24)
+    assert comparison.upper > comparison.difference > comparison.lower > 0  # before: upper == estimate
+    assert (comparison.lower, comparison.upper) == paired_difference_interval(both_pass=16, fixed=8, broken=0, both_fail=0)
+    # A case missing on either side, or run by one version only, widens the interval worst-case;
+    # a case excluded wherever it ran is no pair at all.
+    widened = compare_criterion(
+        "m", {**base, "x1": "MISSING", "x2": "PASS", "x3": "EXCLUDED"}, {**candidate, "x1": "PASS", "x3": "EXCLUDED"}, 0.95
+    )
+    assert (widened.paired, widened.unpaired, widened.difference) == (24, 2, comparison.difference)
+    assert (widened.lower, widened.upper) == paired_difference_interval(
+        both_pass=16, fixed=8, broken=0, both_fail=0, missing=2
+    )
+    assert widened.lower < comparison.lower and widened.upper > comparison.upper
+    nothing = compare_criterion("m", {"a": "PASS", "b": "FAIL"}, {"a": "PASS", "b": "FAIL"}, 0.95)
+    assert nothing.lower < 0 < nothing.upper and nothing.lower == pytest.approx(-nothing.upper, abs=1e-12)
+
+
+def test_version_comparison_table_and_markdown_list_fixed_and_broken_cases():
+    base = {"a": "FAIL", "b": "PASS", "c": "PASS"}
+    candidate = {"a": "PASS", "b": "FAIL", "c": "PASS"}
+    comparisons = [compare_criterion("m", base, candidate, 0.95)]
+    table = comparison_table(comparisons, "1.0", "1.1")
+    assert table.loc[0, "fixed_cases"] == "a" and table.loc[0, "broken_cases"] == "b"
+    assert table.loc[0, "method"] == "tango_score"
+    markdown = comparison_markdown(comparisons, "1.0", "1.1")
+    assert "| fixed cases | broken cases |" in markdown
+    row = next(line for line in markdown.splitlines() if line.startswith("| m |"))
+    assert row.endswith("| a | b |")

@@ -16,7 +16,7 @@ from dagster import (
     asset_check,
 )
 
-from ..model.outcomes import ALLOW, PASS
+from ..model.outcomes import ALLOW, BLOCK, PASS
 from ..decide.validity import transform_validity, validity_markdown
 from ..decide.gate import decide_release_gate, gate_markdown, gate_table
 from ..decide.slices import project_slices, slice_table, slices_markdown
@@ -275,7 +275,8 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
         description="Fails (ERROR) when the gate blocks the release.",
     )
     def gate_allows_release(gate: pd.DataFrame) -> AssetCheckResult:
-        decision = str(gate["gate_decision"].iloc[0]) if len(gate) else ALLOW
+        # No rows: no release policy decided anything (an ungated run), which allows nothing.
+        decision = str(gate["gate_decision"].iloc[0]) if len(gate) else BLOCK
         failing = gate[gate["decision"] != PASS]
         return AssetCheckResult(
             passed=decision == ALLOW,

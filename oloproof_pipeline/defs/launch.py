@@ -9,6 +9,7 @@ from pathlib import Path
 from dagster import DagsterEventType, DagsterInstance
 
 from ..model.cases import load_cases
+from ..model.config import check_release_policy
 from ..model.transforms import derive_cases
 from ..project import load_project
 from ..run.system import current_system_version
@@ -42,6 +43,7 @@ def run_evaluation(
     project_root: Path | str,
     *,
     fresh: bool = False,
+    ungated: bool = False,
     instance: DagsterInstance | None = None,
     log_level: str = "CRITICAL",
 ) -> EvaluationRun:
@@ -49,8 +51,10 @@ def run_evaluation(
 
     The project and its cases are validated first, so a bad file is reported as the
     one-line error it is, before any run starts (the metamorphic copies and their labels too).
+    Without a release policy the run must be `ungated`, so a missing release.yaml never reads as ALLOW.
     """
     project = load_project(project_root)
+    check_release_policy(project, ungated=ungated)
     derive_cases(project, load_cases(project))
     version = current_system_version(project)
     instance = instance or project_instance(project.root)

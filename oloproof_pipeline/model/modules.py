@@ -33,13 +33,16 @@ def load_callable(project_root: Path, reference: str, *, where: str | None = Non
         sys.path.insert(0, str(project_root))  # let the system import its sibling modules
     try:
         spec.loader.exec_module(module)
-    except (Exception, SystemExit) as error:  # a module that calls sys.exit() is a broken module
+    except (Exception, SystemExit) as error:  # a module that exits on import must not end the caller
         raise ProjectError(f"{where}: importing {module_file} failed: {type(error).__name__}: {error}") from None
     value: Any = module
     for part in attribute_path.split("."):
         if not hasattr(value, part):
             raise ProjectError(f"{where}: {module_file} has no attribute {attribute_path!r}")
         value = getattr(value, part)
+    if not callable(value):
+        # Found now, not when the first case is run or judged.
+        raise ProjectError(f"{where}: {reference} is {type(value).__name__} {value!r:.60}, not a class or a function")
     return value
 
 

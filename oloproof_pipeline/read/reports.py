@@ -10,7 +10,7 @@ from typing import Any
 
 from ..model.outcomes import FAIL, MISSING, PASS
 from .results import VersionResults, compared_paths, scripted_events, tool_calls
-from ..store.layout import reports_dir
+from ..store.layout import reports_dir, write_text_file
 from ..store.tables import rows_from_frame
 
 
@@ -197,6 +197,5 @@ def html_report(results: VersionResults, project_name: str) -> str:
 def write_html_report(project_root: Path, results: VersionResults, project_name: str, path: Path | None = None) -> Path:
     """One self-contained HTML file: no network is needed to view it."""
     path = path or reports_dir(project_root) / f"report-{results.version}.html"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(html_report(results, project_name), encoding="utf-8")
+    write_text_file(path, html_report(results, project_name))
     return path

@@ -14,8 +14,7 @@ from ..model.cases import CaseRecord
 from ..model.config import Project
 from ..model.errors import SystemVersionMismatch
 from ..model.records import RecordedRun
-from ..store.journal import Journal, sandbox_lock
-from ..store.layout import read_table
+from ..store.journal import Journal, sandbox_lock, stored_work
 from ..store.tables import runs_from_table
 from .reuse import WorkCounts, reusable
 from .sandboxes import Sandboxes, record_each
@@ -78,7 +77,8 @@ def record_cases(
     journal = Journal.for_partition(project.root, TABLE, version)
     if fresh:
         journal.clear()
-    stored = runs_from_table(read_table(project.root, TABLE, version))
+    # `fresh` needs nothing stored, so even a broken table never stands in its way.
+    stored = [] if fresh else runs_from_table(stored_work(project.root, TABLE, version))
     reusable = {} if fresh else reusable_runs(stored, journal, version)
     previous_ids = {run.case_id for run in stored}
     to_record = [case for case in cases if case.case_digest not in reusable]

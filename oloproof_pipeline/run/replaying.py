@@ -24,8 +24,7 @@ from ..model.faults import FaultPlan, FaultReplay, checkpoint_before
 from ..model.outcomes import MISSING
 from ..model.records import RecordedRun
 from ..model.trajectory import Checkpoint
-from ..store.journal import Journal, sandbox_lock
-from ..store.layout import read_table
+from ..store.journal import Journal, sandbox_lock, stored_work
 from ..store.tables import fault_replays_table, replays_from_table
 from .recording import check_partition_is_current_version
 from .reuse import WorkCounts, reusable
@@ -85,7 +84,7 @@ def reusable_replays(project: Project, version: str) -> dict[tuple[str, str, str
     """Completed replays of this version by cache key: the stored table, then the journal of a
     run that may have been cut short."""
     return reusable(
-        replays_from_table(read_table(project.root, TABLE, version)),
+        replays_from_table(stored_work(project.root, TABLE, version)),
         journal_for(project, version),
         FaultReplay,
         key=lambda replay: (replay.case_digest, replay.plan_digest, replay.recorded_by_run),

@@ -23,7 +23,7 @@ def reusable(
 ) -> dict[Hashable, Record]:
     """Finished records by cache key: the stored table first, then the journal (a later line
     replaces an earlier one of the same key); only those `keep` accepts."""
-    journaled = [model.model_validate(row) for row in journal.rows()]
+    journaled = journal.records(model)  # lines that are no such record are skipped, with a warning
     return {key(record): record for record in [*stored, *journaled] if keep(record)}
 
 
