@@ -2,8 +2,9 @@
 
 Whatever a system does to its process (sys.exit, os._exit, a segfault, a hang, a thread
 that never ends) happens in a worker process, never in the CLI's or a Dagster step's. The
-supervisor sends a worker one case at a time as a JSON line and reads the recording back
-as one; the worker imports and builds the system once and keeps it between cases. A worker
+supervisor sends a worker its cases as JSON lines (it runs one at a time; the next few wait
+on its channel) and reads each recording back as one; the worker imports and builds the
+system once and keeps it between cases. A worker
 that ends mid-case costs that case (`system_crashed`, with its exit code or signal), one
 that overruns the case's deadline is stopped (`timeout`), and a fresh worker takes the next
 case.
