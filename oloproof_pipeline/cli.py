@@ -169,6 +169,9 @@ def run(
 
     # A bad file is found before Dagster is even imported, and before the system is.
     check_release_policy(load_project(project), ungated=ungated)
+    from .run.supervisor import start_fork_server
+
+    start_fork_server()  # the system's worker processes get ready while Dagster is imported
     from .defs.launch import run_evaluation
 
     root = project.resolve()
