@@ -112,6 +112,11 @@ def dagster_home(project_root: Path) -> Path:
     return output_dir(project_root) / "dagster_home"
 
 
+def instance_pin_path(project_root: Path) -> Path:
+    """Names the Dagster home that holds the project's run history (see `defs/instance.py`)."""
+    return output_dir(project_root) / "dagster_instance"
+
+
 def reports_dir(project_root: Path) -> Path:
     return output_dir(project_root) / "reports"
 
