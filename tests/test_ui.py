@@ -244,4 +244,4 @@ def test_version_bump_is_evaluated_by_the_sensor_and_the_readme_backfill_regrade
         verdicts = pd.read_parquet(project / ".oloproof" / "tables" / "verdicts" / f"{version}.parquet")
         assert (verdicts["judged_by_run"] == run_id).all()
         assert run_id not in set(verdicts["recorded_by_run"])  # re-graded, not re-recorded
-    rendered(f"{base}/runs?tab=backfills", tmp_path / "profile", "backfill.png")
+    rendered(f"{base}/runs", tmp_path / "profile", "runs-after-backfill.png")

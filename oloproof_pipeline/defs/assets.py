@@ -170,7 +170,7 @@ def build_assets(
             {
                 "dagster/row_count": len(frame),
                 **summary.as_metadata(),
-                "outcomes": outcomes_table(outcome_counts(frame)),
+                "outcome_counts": MetadataValue.json(outcome_counts(frame)),
             }
         )
         return frame
