@@ -67,7 +67,7 @@ def write_project(root: Path, cases: int, tool_sleep_s: float) -> Path:
     config = root / "oloproof.yaml"
     text = config.read_text().replace('callable: "app:RefundDesk"', 'callable: "app:SleepyDesk"')
     config.write_text(text[: text.index("metamorphic:")] + "execution:\n  timeout_s: 30\n")
-    (root / "release.yaml").write_text("version: 1\nrules: []\n")  # recording only: nothing is judged
+    (root / "release.yaml").unlink()  # recording only: nothing is judged or gated
     templates = (EXAMPLE / "data" / "cases.jsonl").read_text().splitlines()
     rows = []
     for n in range(cases):
