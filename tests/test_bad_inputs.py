@@ -287,6 +287,19 @@ def test_a_full_disk_is_one_line_and_loses_nothing(desk):
     one_error_line(full, 5, "/dev/full: cannot write: No space left on device")
 
 
+def test_a_step_that_cannot_write_its_table_fails_the_run_in_one_line(desk):
+    """A failure inside a Dagster step (here the verdicts table cannot be written) is one line
+    naming the path and the run, exit 5; the recordings it judged are kept."""
+    verdicts = desk / ".oloproof" / "tables" / "verdicts" / "1.0.0.parquet"
+    verdicts.unlink()
+    (verdicts / "in_the_way").mkdir(parents=True)
+    recorded = recorded_by(desk)
+    journal = (desk / RECORDINGS_JOURNAL).read_bytes()
+    line = one_error_line(oloproof("run", cwd=desk), 5, str(verdicts), "(Dagster run ", "failed: incomplete")
+    assert line.count("error:") == 1
+    assert recorded_by(desk) == recorded and (desk / RECORDINGS_JOURNAL).read_bytes() == journal
+
+
 def without_root_override() -> None:
     """Root writes anywhere: drop CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH from the bounding
     set, so after exec the command is held to file permissions like any user."""
