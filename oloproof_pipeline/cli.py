@@ -182,11 +182,13 @@ def run(
         if as_json:
             print_json({"version": evaluation.version, "run_id": evaluation.run_id, "gate": None, "rules": [],
                         "errors": evaluation.errors, "exit_code": EXIT_INCOMPLETE, **summary.document()})
-        for error in evaluation.errors:
-            error_console.print(f"[red]error:[/red] {error}", highlight=False)
-        raise CommandFailed(f"run {evaluation.run_id} failed: {EXIT_MEANINGS[EXIT_INCOMPLETE]}", EXIT_INCOMPLETE)
+        # One line: what failed, then which run (its whole log is in the instance).
+        raise CommandFailed(
+            f"{'; '.join(evaluation.errors)} (Dagster run {evaluation.run_id} failed: {EXIT_MEANINGS[EXIT_INCOMPLETE]})",
+            EXIT_INCOMPLETE,
+        )
     if as_json:
-        document = gate_document(root, evaluation.version)
+        document = gate_document(root, evaluation.version, ungated=ungated)
         print_json({**document, "run_id": evaluation.run_id, **summary.document()})
         raise typer.Exit(document["gate"]["exit_code"])
     console.print(
@@ -459,10 +461,13 @@ def show_gate(project_dir: Path, version: str, *, ungated: bool = False) -> None
     raise typer.Exit(exit_code)
 
 
-def gate_document(project_root: Path, version: str) -> dict[str, Any]:
+def gate_document(project_root: Path, version: str, *, ungated: bool = False) -> dict[str, Any]:
     """The stored gate as `gate --json` prints it: the version, the run that decided it, the
-    gate, and each rule's decision, rate, interval, method, bar, counts and reasons."""
+    gate, and each rule's decision, rate, interval, method, bar, counts and reasons. A run
+    asked to be `--ungated` decided nothing and ends with 0, as it does without --json."""
     rows, decision, reasons, exit_code = stored_gate(project_root, version)
+    if not rows and ungated:
+        decision, exit_code = None, EXIT_ALLOW
     return {
         "version": version,
         "run_id": rows[0]["judged_by_run"] if rows else None,

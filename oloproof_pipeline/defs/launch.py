@@ -9,6 +9,7 @@ this process, with the in-process executor.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -118,4 +119,5 @@ def innermost_message(error) -> str:
     """Dagster wraps a step's exception; the user's own message is the innermost cause."""
     while error.cause is not None:
         error = error.cause
-    return error.message.strip()
+    # Dagster prefixes the qualified class name; our own errors' messages say it all.
+    return re.sub(rf"^oloproof_pipeline\.[\w.]*\.{re.escape(error.cls_name or '')}: ", "", error.message.strip())
