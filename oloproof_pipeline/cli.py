@@ -185,11 +185,13 @@ def run(
         if as_json:
             print_json({"version": evaluation.version, "run_id": evaluation.run_id, "gate": None, "rules": [],
                         "errors": evaluation.errors, "exit_code": EXIT_INCOMPLETE, **summary.document()})
-        for error in evaluation.errors:
-            error_console.print(f"[red]error:[/red] {error}", highlight=False)
-        raise CommandFailed(f"run {evaluation.run_id} failed: {EXIT_MEANINGS[EXIT_INCOMPLETE]}", EXIT_INCOMPLETE)
+        # One line: what failed, then which run (its whole log is in the instance).
+        raise CommandFailed(
+            f"{'; '.join(evaluation.errors)} (Dagster run {evaluation.run_id} failed: {EXIT_MEANINGS[EXIT_INCOMPLETE]})",
+            EXIT_INCOMPLETE,
+        )
     if as_json:
-        document = gate_document(root, evaluation.version)
+        document = gate_document(root, evaluation.version, ungated=ungated)
         print_json({**document, "run_id": evaluation.run_id, **summary.document()})
         raise typer.Exit(document["gate"]["exit_code"])
     console.print(
@@ -198,6 +200,7 @@ def run(
     )
     for line in summary.where_lines():
         console.print(line, highlight=False, soft_wrap=True)
+    show_flagged_buckets(project, evaluation.version)
     show_gate(project, evaluation.version, ungated=ungated)
 
 
@@ -346,6 +349,14 @@ def print_json(document: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
+def show_flagged_buckets(project_dir: Path, version: str) -> None:
+    """Slice buckets that differ from the rest (exploratory: never gated)."""
+    from .read.reports import flagged_buckets
+
+    for line in flagged_buckets(read_table(project_dir.resolve(), "slices", version)):
+        console.print(f"[yellow]slice flagged[/] {line}", highlight=False, soft_wrap=True)
+
+
 def journal_line_count(project_root: Path, table: str, version: str) -> int:
     from .store.journal import Journal
 
@@ -453,10 +464,13 @@ def show_gate(project_dir: Path, version: str, *, ungated: bool = False) -> None
     raise typer.Exit(exit_code)
 
 
-def gate_document(project_root: Path, version: str) -> dict[str, Any]:
+def gate_document(project_root: Path, version: str, *, ungated: bool = False) -> dict[str, Any]:
     """The stored gate as `gate --json` prints it: the version, the run that decided it, the
-    gate, and each rule's decision, rate, interval, method, bar, counts and reasons."""
+    gate, and each rule's decision, rate, interval, method, bar, counts and reasons. A run
+    asked to be `--ungated` decided nothing and ends with 0, as it does without --json."""
     rows, decision, reasons, exit_code = stored_gate(project_root, version)
+    if not rows and ungated:
+        decision, exit_code = None, EXIT_ALLOW
     return {
         "version": version,
         "run_id": rows[0]["judged_by_run"] if rows else None,
@@ -615,9 +629,10 @@ def inspect(
 ) -> None:
     """Print a case's panel: input, answer, compared state paths, tool calls, verdicts and run ids."""
     from .read.reports import case_panel
+    from .read.results import load_replays
 
-    _, results = stored_results(project, version)
-    panel = case_panel(results, case_id)
+    loaded, results = stored_results(project, version)
+    panel = case_panel(results, case_id, load_replays(loaded.root, results.version))
     if panel is None:
         known = [case["case_id"] for case in results.cases]
         raise CommandFailed(f"no case {case_id!r} in the stored cases of {project}{did_you_mean(case_id, known, 'cases')}", EXIT_USAGE)
@@ -646,7 +661,11 @@ def inspect(
         console.print(f"scripted event after call {event['after_step']}: {json_text(event['event'])}", highlight=False)
     for constraint in panel.constraints:
         mark = "[green]kept[/]" if constraint.get("passed") else "[red]broken[/]"
-        console.print(f"constraint {constraint['name']}: {mark} {constraint.get('detail') or ''}", highlight=False)
+        console.print(f"constraint {constraint['name']} (as recorded): {mark} {constraint.get('detail') or ''}", highlight=False)
+    for view in panel.fault_replays:
+        show_fault_replay(view)
+    for pair in panel.pairs:
+        show_pair(pair)
     verdicts = Table(title="verdicts (run ids shortened; full ids in the verdicts table)", title_justify="left")
     for column in ("criterion", "outcome", "reason"):
         verdicts.add_column(column, overflow="fold")
@@ -659,6 +678,50 @@ def inspect(
             *(short_run_id(verdict.get(column)) for column in ("recorded_by_run", "replayed_by_run", "judged_by_run")),
         )
     console.print(verdicts)
+
+
+def side_by_side(title: str, left: str, right: str, rows, marked) -> Table:
+    """Two runs' tool calls, row by row; `marked` is the call number to highlight."""
+    from .read.reports import call_text
+
+    table = Table(title=title, title_justify="left")
+    table.add_column("#", no_wrap=True)
+    table.add_column(left, overflow="fold", ratio=1)
+    table.add_column(right, overflow="fold", ratio=1)
+    for number, first, second in rows:
+        style = "bold yellow" if number == marked else None
+        table.add_row(str(number), call_text(first), call_text(second), style=style)
+    return table
+
+
+def show_fault_replay(view) -> None:
+    style = DECISION_STYLES.get(view.outcome, "dim")
+    console.rule(f"fault replay {view.criterion}: [{style}]{view.outcome}[/] ({view.reason})")
+    if view.faulted_call_number is not None:
+        console.print(
+            f"call {view.faulted_call_number} ({view.tool}) got {json_text(view.injected_result)} instead of running; "
+            f"replayed from {view.checkpoint_label or 'the start'}", highlight=False,
+        )
+    if view.control_calls or view.faulted_calls:
+        console.print(side_by_side("control replay beside the faulted replay (from the checkpoint)", "control (no change)",
+                                   "faulted", view.rows(), view.faulted_call_number))
+        console.print(f"control ended {view.control_status}; faulted ended {view.faulted_status} answering "
+                      f"{json_text(view.faulted_output)}", highlight=False)
+    else:
+        console.print(json_text(view.details), highlight=False, soft_wrap=True)
+    for item in view.broken_constraints:
+        console.print(f"[red]broken in the faulted replay[/] {item.get('name')}: {item.get('detail') or ''}", highlight=False)
+
+
+def show_pair(view) -> None:
+    style = DECISION_STYLES.get(view.outcome, "dim")
+    console.rule(f"pair {view.criterion}: [{style}]{view.outcome}[/] ({view.reason})")
+    marked = None if view.first_difference is None else view.first_difference + 1
+    console.print(side_by_side(f"tool calls, first difference at call {marked or '-'}", f"source {view.source_id}",
+                               f"copy {view.copy_id}", view.rows(), marked))
+    for item in (view.details or {}).get("differences") or []:
+        console.print(f"state {item['path']}: source {json_text(item.get('source'))}, copy {json_text(item.get('copy'))}",
+                      highlight=False)
 
 
 @app.command()

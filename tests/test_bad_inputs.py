@@ -254,11 +254,14 @@ def test_a_grader_that_fails_on_import_is_refused_before_any_case_is_recorded(de
 
 
 @pytest.mark.parametrize("table", ["gate", "verdicts", "recorded_runs"])
-@pytest.mark.parametrize("damage", ["truncated", "empty"])
+@pytest.mark.parametrize("damage", ["truncated", "empty", "another table"])
 def test_an_unreadable_stored_table_is_one_line_naming_it(desk, table, damage):
     path = desk / ".oloproof" / "tables" / table / "1.0.0.parquet"
-    with path.open("r+b") as handle:
-        handle.truncate(0 if damage == "empty" else path.stat().st_size // 2)
+    if damage == "another table":
+        pd.DataFrame({"note": ["written by hand"]}).to_parquet(path)
+    else:
+        with path.open("r+b") as handle:
+            handle.truncate(0 if damage == "empty" else path.stat().st_size // 2)
     readers = {"gate": ["gate"], "verdicts": ["inspect", "report", "export"], "recorded_runs": ["inspect", "report", "export"]}
     for command in readers[table]:
         args = [command, "ord-001"] if command == "inspect" else [command]
@@ -266,6 +269,8 @@ def test_an_unreadable_stored_table_is_one_line_naming_it(desk, table, damage):
         assert "`oloproof run` of version '1.0.0' rebuilds it" in line
         if damage == "empty":
             assert "(the file is empty)" in line
+        if damage == "another table":
+            assert f"(not a {table} table: no column " in line
 
 
 def limit_file_size(size: int):
@@ -285,6 +290,19 @@ def test_a_full_disk_is_one_line_and_loses_nothing(desk):
     assert evidence(desk) == before
     full = oloproof("report", "-o", "/dev/full", cwd=desk)
     one_error_line(full, 5, "/dev/full: cannot write: No space left on device")
+
+
+def test_a_step_that_cannot_write_its_table_fails_the_run_in_one_line(desk):
+    """A failure inside a Dagster step (here the verdicts table cannot be written) is one line
+    naming the path and the run, exit 5; the recordings it judged are kept."""
+    verdicts = desk / ".oloproof" / "tables" / "verdicts" / "1.0.0.parquet"
+    verdicts.unlink()
+    (verdicts / "in_the_way").mkdir(parents=True)
+    recorded = recorded_by(desk)
+    journal = (desk / RECORDINGS_JOURNAL).read_bytes()
+    line = one_error_line(oloproof("run", cwd=desk), 5, str(verdicts), "(Dagster run ", "failed: incomplete")
+    assert line.count("error:") == 1
+    assert recorded_by(desk) == recorded and (desk / RECORDINGS_JOURNAL).read_bytes() == journal
 
 
 def without_root_override() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -88,6 +89,13 @@ def test_without_a_release_policy_a_run_must_be_asked_to_be_ungated(tmp_path):
     assert "Gate: none (--ungated: no release policy (release.yaml): nothing is gated)" in ran.stdout
     counts = next(line for line in ran.stdout.splitlines() if "answer_correct" in line)
     assert [cell.strip() for cell in counts.split("│")[1:-1]] == ["answer_correct", "1", "1", "0", "0"]
+
+    as_json = oloproof("run", "--ungated", "--json", cwd=project)
+    assert as_json.returncode == 0, as_json.stdout + as_json.stderr
+    assert json.loads(as_json.stdout)["gate"] == {
+        "decision": None, "exit_code": 0, "meaning": "no release policy (release.yaml): nothing is gated",
+        "reasons": ["no release policy (release.yaml): nothing is gated"],
+    }
 
     # Reading the ungated version back is no decision either.
     gate = oloproof("gate", cwd=project)

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from oloproof_pipeline.decide.paired import paired_difference_interval
@@ -25,12 +28,18 @@ def oloproof(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([OLOPROOF, *args], cwd=cwd, capture_output=True, text=True, timeout=300, env=environment)
 
 
+FIRST_RUN = "first_run.txt"
+
+
 @pytest.fixture(scope="module")
 def two_versions(tmp_path_factory) -> Path:
-    """The refund desk run at 1.0.0, then fixed and run at 1.1.0."""
+    """The refund desk run at 1.0.0, then fixed and run at 1.1.0 (the first run's output kept
+    beside the project)."""
     root = tmp_path_factory.mktemp("reports") / "desk"
     assert oloproof("init", str(root), "--example", "stateful-agent", cwd=root.parent).returncode == 0
-    assert oloproof("run", cwd=root).returncode == 1
+    first = oloproof("run", cwd=root)
+    assert first.returncode == 1
+    (root.parent / FIRST_RUN).write_text(first.stdout)
     app = root / "app.py"
     assert FIXED_OVERRIDE[0] in app.read_text(), "the example's override flaw moved; update FIXED_OVERRIDE"
     app.write_text(app.read_text().replace(*FIXED_OVERRIDE))
@@ -50,6 +59,42 @@ def test_inspect_prints_the_case_panel(two_versions):
     assert "state_correct" in text and "FAIL" in text and "state_differs" in text
     missing = oloproof("inspect", "ord-404", cwd=two_versions)
     assert missing.returncode == 2 and "no case 'ord-404'" in missing.stderr
+
+
+def test_run_prints_the_flagged_slice_buckets(two_versions):
+    printed = (two_versions.parent / FIRST_RUN).read_text()
+    flagged = [line for line in printed.splitlines() if line.startswith("slice flagged")]
+    # The override cases are the ones the desk gets wrong: their bucket differs on both checks.
+    assert [line.split(":")[0] for line in flagged] == [
+        "slice flagged metadata.category = override on answer_correct",
+        "slice flagged metadata.category = override on state_correct",
+    ]
+    assert "0.000 [0.000, 0.602] vs 0.833 overall (lower, 4 cases)" in flagged[0]
+
+
+def test_inspect_explains_a_failed_fault_replay_beside_its_control(two_versions):
+    shown = oloproof("inspect", "ord-006", "--version", "1.0.0", cwd=two_versions)
+    assert shown.returncode == 0, shown.stderr
+    text = shown.stdout
+    # The recording kept its constraint; the faulted replay broke it, and says how.
+    assert "constraint claims_only_what_happened (as recorded): kept" in text
+    assert 'call 2 (issue_refund) got {"error": "internal error"} instead of running' in text
+    assert "control (no change)" in text and "faulted" in text
+    control_row = next(line for line in text.splitlines() if line.startswith("│ 2 ") and "->" in line)
+    assert '{"order_id": "ord-006", "status": "refunded"}' in control_row  # the control ran the call
+    assert '-> {"error": "internal error"}' in control_row  # beside the injected result
+    assert "broken in the faulted replay claims_only_what_happened: answered 'refunded'; store has " \
+        "status='delivered'" in text
+
+
+def test_inspect_shows_a_failed_pair_side_by_side(two_versions):
+    shown = oloproof("inspect", "ord-009~injected", "--version", "1.0.0", cwd=two_versions)
+    assert shown.returncode == 0, shown.stderr
+    text = shown.stdout
+    assert "first difference at call 1" in text and "source ord-009" in text and "copy ord-009~injected" in text
+    first_row = next(line for line in text.splitlines() if line.startswith("│ 1 ") and "->" in line)
+    assert "lookup_order" in first_row and "issue_refund" in first_row  # the copy skipped the lookup
+    assert 'state orders.ord-009.status: source "delivered", copy "refunded"' in text
 
 
 class Sections(HTMLParser):
@@ -98,7 +143,8 @@ def test_gate_asset_metadata_names_the_report(two_versions):
 
     instance = project_instance(two_versions)
     gate = instance.get_latest_materialization_event(AssetKey(["refund_desk", "gate"])).asset_materialization
-    assert Path(gate.metadata["report_path"].value).is_file()
+    link = re.fullmatch(r"\[reports/report-1\.1\.0\.html\]\(file://(.+)\)", gate.metadata["report"].value)
+    assert link and Path(link.group(1)).is_file()
 
 
 def test_export_writes_one_json_line_per_case_and_run(two_versions):
@@ -183,3 +229,52 @@ def test_version_comparison_table_and_markdown_list_fixed_and_broken_cases():
     assert "| fixed cases | broken cases |" in markdown
     row = next(line for line in markdown.splitlines() if line.startswith("| m |"))
     assert row.endswith("| a | b |")
+
+
+@pytest.mark.ui
+def test_report_in_chromium_shows_the_interval_chart_and_why_a_fault_replay_failed(two_versions, tmp_path):
+    """The report as a browser renders it: one offline file with the gate's chart, failures
+    grouped by rule, and a failing fault replay explained beside its control replay."""
+    environment = {"OLOPROOF_DAGSTER_URL": "http://dagster.example:3000"}
+    written = subprocess.run([OLOPROOF, "report", "--version", "1.0.0"], cwd=two_versions, capture_output=True,
+                             text=True, timeout=300, env={**os.environ, **environment})
+    assert written.returncode == 0, written.stderr
+    path = Path(written.stdout.split("Wrote ", 1)[1].strip())
+    chromium = shutil.which("chromium")
+    assert chromium, "Debian's chromium is needed (.ci/run installs it)"
+    keep = Path(os.environ.get("OLOPROOF_SCREENSHOTS") or tmp_path)
+    keep.mkdir(parents=True, exist_ok=True)
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+             "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}"]
+    screenshot = keep / "report-1.0.0.png"
+    subprocess.run([chromium, *flags, f"--screenshot={screenshot}", "--window-size=1400,2400", path.as_uri()],
+                   capture_output=True, timeout=180)
+    assert screenshot.is_file() and screenshot.stat().st_size > 50_000  # a rendered page, not a blank one
+    dom = subprocess.run([chromium, *flags, "--dump-dom", path.as_uri()], capture_output=True, text=True,
+                         timeout=180).stdout
+
+    chart = re.search(r'<svg id="gate-chart".*?</svg>', dom, re.S)
+    assert chart, "no interval chart"
+    rows = re.findall(r'<g class="chart-row" data-label="([^"]+)" data-tone="([^"]+)"', chart.group(0))
+    assert ("refund_failures (FAIL)", "FAIL") in rows and ("bystanders (PASS)", "PASS") in rows and len(rows) == 6
+    assert "misses min 0.8 by 0.535" in chart.group(0) and "clears min 0.85 by 0.008" in chart.group(0)
+    assert re.search(r'<svg id="slice-chart-\d+"', dom)
+
+    # Failures first, grouped by rule and criterion, before the rules table.
+    failing = dom.index('id="failing"')
+    assert failing < dom.index('id="gate"')
+    assert dom.index("refund_failures (recovers_from_error_at_issue_refund)", failing) < dom.index('id="gate"')
+
+    parser = Sections()
+    parser.feed(dom)
+    panel = parser.sections["case-ord-006"]
+    assert 'got the injected result {"error": "internal error"} instead of running' in panel
+    assert "control: tool" in panel and "faulted: tool" in panel
+    assert "Broken constraint claims_only_what_happened: answered 'refunded'; store has status='delivered'" in panel
+    pair = parser.sections["case-ord-009~injected"]
+    assert "1 ← first difference" in pair and "source ord-009: tool" in pair
+
+    run_id = pd.read_parquet(two_versions / ".oloproof" / "tables" / "gate" / "1.0.0.parquet")["judged_by_run"].iloc[0]
+    assert f'href="http://dagster.example:3000/runs/{run_id}"' in dom
+    assert "Transform validity" in dom and "What these results cannot tell you" in dom
+    assert parser.scripts == 0  # still one offline file

@@ -18,7 +18,7 @@ from dagster import (
 
 from ..model.outcomes import ALLOW, BLOCK, PASS
 from ..decide.validity import transform_validity, validity_markdown
-from ..decide.gate import decide_release_gate, gate_markdown, gate_table
+from ..decide.gate import decide_release_gate, gate_table
 from ..decide.slices import project_slices, slice_table, slices_markdown
 from ..evaluators.judging import judge_cases, replays_for_judging
 from ..model.cases import load_cases
@@ -27,12 +27,23 @@ from ..model.fingerprints import code_versions
 from ..model.transforms import derive_cases
 from ..read import compare as comparison
 from ..read.reports import write_html_report
-from ..read.results import load_results, outcome_counts, results_from_tables
+from ..read.results import load_results, outcome_counts, replay_rows, results_from_tables
 from ..run.recording import record_cases
 from ..run.replaying import replay_faults
 from ..store import tables
-from ..store.layout import table_path
-from .metadata import ProgressLog, counts_markdown, run_link, value_counts
+from ..store.layout import output_dir
+from ..store.tables import rows_from_frame
+from .metadata import (
+    GATE_TAG,
+    ProgressLog,
+    file_link,
+    gate_log_line,
+    outcomes_table,
+    rule_numbers,
+    rules_summary,
+    rules_table,
+    value_counts,
+)
 from .resources import ComparisonConfig, EvaluationProject, RecordingConfig, SandboxCluster
 
 IO_MANAGER_KEY = "oloproof_parquet"
@@ -43,8 +54,11 @@ def sandbox_pool(project: Project) -> str:
     return f"{project.name}_sandbox"
 
 
-def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tuple[list, list]:
-    """The project's assets and their asset checks."""
+def build_assets(
+    project: Project, versions: DynamicPartitionsDefinition, *, stop_downstream_on_block: bool = False
+) -> tuple[list, list]:
+    """The project's assets and their asset checks. With `stop_downstream_on_block` the gate
+    check is blocking: a BLOCK fails the run and skips every asset downstream of the gate."""
     prefix = [project.name]
     code_version = code_versions(project)
     common = {"key_prefix": prefix, "group_name": project.name, "io_manager_key": IO_MANAGER_KEY}
@@ -84,7 +98,6 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
                 "validity_by_transform": MetadataValue.json({name: item.model_dump() for name, item in validity.items()}),
                 "labels": MetadataValue.json([summary.model_dump() for summary in derived.label_summaries]),
                 "transforms_not_checked": ", ".join(name for name, item in validity.items() if not item.checked) or "none",
-                **run_link(context.run.run_id),
             }
         )
         return frame
@@ -123,7 +136,6 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
                 "dagster/row_count": len(frame),
                 **summary.as_metadata(),
                 "status": MetadataValue.json(value_counts(frame, "status")),
-                **run_link(context.run.run_id),
             }
         )
         return frame
@@ -159,7 +171,6 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
                 "dagster/row_count": len(frame),
                 **summary.as_metadata(),
                 "outcome_counts": MetadataValue.json(outcome_counts(frame)),
-                **run_link(context.run.run_id),
             }
         )
         return frame
@@ -187,22 +198,20 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
             judged_by_run=context.run.run_id,
             replays=replays_for_judging(fault_replays, runs),
         )
-        counts = outcome_counts(frame)
         context.add_output_metadata(
             {
+                "outcomes": outcomes_table(outcome_counts(frame)),
                 "dagster/row_count": len(frame),
-                "outcomes": MetadataValue.md(counts_markdown(counts)),
-                "outcome_counts": MetadataValue.json(counts),
-                **run_link(context.run.run_id),
             }
         )
         return frame
 
     @asset(
         **per_version,
-        ins=upstream("cases", "derived_cases", "recorded_runs", "verdicts", "slices"),
+        ins=upstream("cases", "derived_cases", "recorded_runs", "fault_replays", "verdicts", "slices"),
         code_version=code_version["gate"],
-        description="The release gate: a decision per rule with its interval, and ALLOW or BLOCK.",
+        description="The release gate: a decision per rule with its interval, and ALLOW or BLOCK. "
+        "A BLOCK is a successful evaluation: the run stays green and carries the tag oloproof/gate=BLOCK.",
     )
     def gate(
         context: AssetExecutionContext,
@@ -210,6 +219,7 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
         cases: pd.DataFrame,
         derived_cases: pd.DataFrame,
         recorded_runs: pd.DataFrame,
+        fault_replays: pd.DataFrame,
         verdicts: pd.DataFrame,
         slices: pd.DataFrame,
     ) -> pd.DataFrame:
@@ -217,21 +227,25 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
         version = context.partition_key
         decision = decide_release_gate(loaded, verdicts, derived_cases)
         frame = gate_table(decision, version=version, judged_by_run=context.run.run_id)
-        # The report is written here, not downstream: a blocking gate check skips anything
-        # after the gate, and a blocked release is when the report is read most.
+        # The report is written here, not downstream: with the blocking variant of the gate
+        # check a BLOCK skips anything after the gate, and a blocked release is when the report
+        # is read most.
         results = results_from_tables(
             version, cases=cases, derived_cases=derived_cases, recorded_runs=recorded_runs,
             verdicts=verdicts, gate=frame, slices=slices,
         )
-        report = write_html_report(loaded.root, results, loaded.name)
+        report = write_html_report(loaded.root, results, loaded.name, replays=replay_rows(fault_replays))
+        context.log.info(gate_log_line(version, decision))
+        # The decision is known only now, so it is tagged here, whoever launched the run.
+        context.instance.add_run_tags(context.run.run_id, {GATE_TAG: decision.decision})
+        rules = rows_from_frame(frame, tables.GATE_NESTED)
         context.add_output_metadata(
             {
-                "dagster/row_count": len(frame),
+                "rules": rules_summary(rules),
                 "decision": decision.decision,
-                "gate": MetadataValue.md(gate_markdown(decision)),
-                "report_path": MetadataValue.path(str(report)),
-                "table_path": MetadataValue.path(str(table_path(loaded.root, "gate", version))),
-                **run_link(context.run.run_id),
+                "report": file_link(report, output_dir(loaded.root)),
+                "dagster/row_count": len(frame),
+                **rule_numbers(rules),
             }
         )
         return frame
@@ -263,29 +277,28 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
                 "dagster/row_count": len(frame),
                 "slices": MetadataValue.md(slices_markdown(rows)),
                 "buckets_marked_different": sum(bool(row.differs) for row in rows),
-                **run_link(context.run.run_id),
             }
         )
         return frame
 
     @asset_check(
         asset=gate,
-        blocking=True,
+        blocking=stop_downstream_on_block,
         partitions_def=versions,
-        description="Fails (ERROR) when the gate blocks the release.",
+        description="Fails (ERROR) when the gate blocks the release. Not blocking by default: a blocked "
+        "release is a successful evaluation, so the run stays green; built with "
+        "stop_downstream_on_block=True it fails the run and skips anything downstream of the gate.",
     )
     def gate_allows_release(gate: pd.DataFrame) -> AssetCheckResult:
+        rules = rows_from_frame(gate, tables.GATE_NESTED)
         # No rows: no release policy decided anything (an ungated run), which allows nothing.
-        decision = str(gate["gate_decision"].iloc[0]) if len(gate) else BLOCK
-        failing = gate[gate["decision"] != PASS]
+        decision = rules[0]["gate_decision"] if rules else BLOCK
         return AssetCheckResult(
             passed=decision == ALLOW,
             severity=AssetCheckSeverity.ERROR,
             metadata={
+                "rules_not_passing": rules_table([rule for rule in rules if rule["decision"] != PASS]),
                 "decision": decision,
-                "rules_not_passing": MetadataValue.json(
-                    {row.rule_id: row.decision for row in failing.itertuples()}
-                ),
             },
         )
 
@@ -309,7 +322,6 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
                 "base": base,
                 "candidate": candidate,
                 "comparison": MetadataValue.md(comparison.comparison_markdown(comparisons, base, candidate)),
-                **run_link(context.run.run_id),
             }
         )
         return comparison.comparison_table(comparisons, base, candidate)

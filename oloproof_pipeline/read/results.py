@@ -13,7 +13,7 @@ import pandas as pd
 from ..model.errors import ProjectError
 from ..model.outcomes import OUTCOMES
 from ..store.layout import read_table, stored_partitions
-from ..store.tables import CASE_NESTED, GATE_NESTED, RUN_NESTED, VERDICT_NESTED, rows_from_frame
+from ..store.tables import CASE_NESTED, FAULT_REPLAY_NESTED, GATE_NESTED, RUN_NESTED, VERDICT_NESTED, rows_from_frame
 
 
 @dataclass
@@ -122,3 +122,13 @@ def outcome_counts(verdicts: pd.DataFrame) -> dict[str, dict[str, int]]:
         criterion: {outcome: int(tally.get(outcome, 0)) for outcome in OUTCOMES}
         for criterion, tally in counts.items()
     }
+
+
+def replay_rows(fault_replays: pd.DataFrame | None) -> list[dict[str, Any]]:
+    """The `fault_replays` table as plain rows (trajectories parsed)."""
+    return _rows(fault_replays, FAULT_REPLAY_NESTED)
+
+
+def load_replays(project_root: Path, version: str) -> list[dict[str, Any]]:
+    """A version's stored fault replays (none when it has no fault plan)."""
+    return replay_rows(read_table(project_root, "fault_replays", version))

@@ -15,6 +15,7 @@ import pyarrow as pa
 
 from ..model.config import VERSION_PATTERN
 from ..model.errors import ProjectError
+from .tables import TABLE_SCHEMAS
 
 # Everything the pipeline writes lives here, inside the project; never read as input.
 OUTPUT_DIR = ".oloproof"
@@ -61,8 +62,16 @@ def table_path(project_root: Path, table: str, partition: str | None = None) -> 
 
 
 def read_table(project_root: Path, table: str, partition: str | None = None) -> pd.DataFrame | None:
+    """The stored table, None when there is none; a file that is not that table is a
+    StoredTableError naming it."""
     path = table_path(project_root, table, partition)
-    return read_table_file(path) if path.exists() else None
+    if not path.exists():
+        return None
+    frame = read_table_file(path)
+    missing = [name for name in TABLE_SCHEMAS[table].names if name not in frame.columns] if table in TABLE_SCHEMAS else []
+    if missing:
+        raise StoredTableError(path, f"not a {table} table: no column {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}")
+    return frame
 
 
 def read_table_file(path: Path) -> pd.DataFrame:
@@ -110,6 +119,11 @@ def stored_partitions(project_root: Path, table: str) -> list[str]:
 
 def dagster_home(project_root: Path) -> Path:
     return output_dir(project_root) / "dagster_home"
+
+
+def instance_pin_path(project_root: Path) -> Path:
+    """Names the Dagster home that holds the project's run history (see `defs/instance.py`)."""
+    return output_dir(project_root) / "dagster_instance"
 
 
 def reports_dir(project_root: Path) -> Path:

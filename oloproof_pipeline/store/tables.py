@@ -78,6 +78,12 @@ GATE_SCHEMA = pa.schema(
     ]
 )
 
+# By table name, as `layout.table_path` names the files: a stored file without these columns
+# is no such table (written by hand, or by something else).
+TABLE_SCHEMAS = {
+    "cases": CASES_SCHEMA, "derived_cases": DERIVED_CASES_SCHEMA, "recorded_runs": RECORDED_RUNS_SCHEMA,
+    "fault_replays": FAULT_REPLAYS_SCHEMA, "verdicts": VERDICTS_SCHEMA, "slices": SLICES_SCHEMA, "gate": GATE_SCHEMA,
+}
 
 def to_json_text(value: Any) -> str | None:
     return None if value is None else canonical_json(value)
