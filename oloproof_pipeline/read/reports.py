@@ -25,7 +25,7 @@ import pandas as pd
 from ..decide.validity import TransformValidity, transform_validity
 from ..model.outcomes import BLOCKING_ORDER, EXCLUDED, FAIL, MISSING, PASS
 from ..model.trajectory import first_difference
-from ..store.layout import reports_dir, table_path, write_text_file
+from ..store.layout import read_table, reports_dir, table_path, write_text_file
 from ..store.tables import rows_from_frame
 from .results import VersionResults, compared_paths, load_replays, scripted_events, tool_calls
 from .violations import describe_violation, verdict_violations
@@ -36,6 +36,7 @@ DAGSTER_URL_ENV = "OLOPROOF_DAGSTER_URL"
 GATE_COLUMNS = ("rule / metric", "decision", "rate", "interval", "passed/judged", "missing", "excluded", "reasons")
 METHOD_NAMES = {"clopper_pearson": "exact", "cluster_bootstrap": "bootstrap"}
 FAILING = (FAIL, MISSING)
+TIME_FORMAT = "%Y-%m-%d %H:%M:%S UTC"
 
 
 def format_rate(value: Any) -> str:
@@ -145,7 +146,7 @@ def fault_replay_view(verdict: dict[str, Any], replay: dict[str, Any] | None) ->
     before = int(checkpoint.get("calls_before") or 0)
     faulted_call = details.get("faulted_call") or {}
     index = replay.get("faulted_call_index")
-    index = faulted_call.get("index") if index is None or index != index else int(index)
+    index = faulted_call.get("index") if index is None else int(index)
     faulted_trajectory = replay.get("faulted_trajectory")
     control_trajectory = replay.get("control_trajectory")
     faulted_calls = _trajectory_calls(faulted_trajectory)[before:]
@@ -345,16 +346,25 @@ def provenance(project_root: Path, results: VersionResults, replays: list[dict[s
     ]
     found = []
     for step, table, run_ids in steps:
-        path = table_path(project_root, table, results.version)
-        written = (
-            datetime.fromtimestamp(path.stat().st_mtime, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-            if path.exists() else "now (this run)"
-        )
         counts: dict[str | None, int] = {}
         for run_id in filter(None, run_ids):  # a replay never made (the tool was not called) has no run
             counts[run_id] = counts.get(run_id, 0) + 1
+        written = _written(project_root, table, results.version, set(counts))
         found += [Provenance(step, run_id, count, written) for run_id, count in counts.items()]
     return found
+
+
+def _written(project_root: Path, table: str, version: str, run_ids: set[str]) -> str:
+    """When the stored table was written; the gate being decided right now (by the run that
+    writes this report) is not stored yet, so an older file must not lend it its time."""
+    path = table_path(project_root, table, version)
+    if table == "gate":
+        stored = read_table(project_root, table, version)
+        if stored is None or set(stored["judged_by_run"]) != run_ids:
+            return "now (this run)"
+    if not path.exists():
+        return "-"
+    return datetime.fromtimestamp(path.stat().st_mtime, timezone.utc).strftime(TIME_FORMAT)
 
 
 def flagged_buckets(slices: pd.DataFrame | None) -> list[str]:
@@ -617,6 +627,7 @@ def _header(results: VersionResults, project_name: str, links: RunLinks, sources
         + ("<ul>" + "".join(f"<li>{_text(reason)}</li>" for reason in reasons) + "</ul>" if reasons else "")
         + '<h2 id="provenance">Where these results come from</h2>'
         + _table(["step", "Dagster run", "rows", "table written"], rows)
+        + f'<p class="muted">This report was written {datetime.now(timezone.utc).strftime(TIME_FORMAT)}.</p>'
         + hint
     )
 
