@@ -39,6 +39,7 @@ from .model.outcomes import (
     exit_code_for,
 )
 from .project import load_project
+from .read.reports import METHOD_NAMES, format_rate, short_run_id
 from .store.journal import log as evidence_log
 from .store.layout import OUTPUT_DIR, StorageWriteError, StoredTableError, read_table, stored_partitions
 from .store.tables import GATE_NESTED, rows_from_frame
@@ -552,13 +553,6 @@ def show_outcome_counts(project_dir: Path, version: str) -> None:
     console.print(table)
 
 
-def format_rate(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}"
-
-
-# Short names for the interval methods stored in the gate table (cluster_bootstrap: tables
-# stored before the effective-clusters interval replaced it).
-METHOD_NAMES = {"clopper_pearson": "exact", "clopper_pearson_effective_clusters": "eff. clusters", "cluster_bootstrap": "bootstrap"}
 DECISION_STYLES = {PASS: "green", FAIL: "red", INSUFFICIENT_EVIDENCE: "yellow", MANUAL_REVIEW: "magenta"}
 
 
@@ -614,11 +608,6 @@ def json_text(value) -> str:
     import json
 
     return json.dumps(value, ensure_ascii=False, sort_keys=True)
-
-
-def short_run_id(run_id: str | None) -> str:
-    """The first block of a run id, as Dagster's UI shows it."""
-    return run_id.split("-")[0] if run_id else "-"
 
 
 @app.command()

@@ -34,7 +34,8 @@ from .violations import describe_violation, verdict_violations
 DAGSTER_URL_ENV = "OLOPROOF_DAGSTER_URL"
 # The gate's columns, as `oloproof run` prints them (and the gate asset's rules table).
 GATE_COLUMNS = ("rule / metric", "decision", "rate", "interval", "passed/judged", "missing", "excluded", "reasons")
-METHOD_NAMES = {"clopper_pearson": "exact", "cluster_bootstrap": "bootstrap"}
+# Short names for the interval methods stored in the gate table.
+METHOD_NAMES = {"clopper_pearson": "exact", "clopper_pearson_effective_clusters": "eff. clusters"}
 FAILING = (FAIL, MISSING)
 TIME_FORMAT = "%Y-%m-%d %H:%M:%S UTC"
 
