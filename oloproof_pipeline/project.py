@@ -20,7 +20,7 @@ def load_project(root: Path | str) -> Project:
     config_path = root / PROJECT_FILE
     config = validate_yaml_file(ProjectConfig, config_path)
     release_path = root / RELEASE_FILE
-    release = validate_yaml_file(ReleasePolicy, release_path) if release_path.exists() else ReleasePolicy()
+    release = validate_yaml_file(ReleasePolicy, release_path) if release_path.exists() else ReleasePolicy.ungated()
     _, config_root = read_yaml(config_path)
     evaluators = build_evaluators(config.evaluators, file=config_path, yaml_root=config_root)
     project = Project(root=root, config=config, release=release, evaluators=evaluators)

@@ -32,7 +32,8 @@ def write_project(
     timeout_s: float = 5.0,
     extra_config: str = "",
 ) -> Path:
-    """A small project with its own system under test, for tests that need odd systems."""
+    """A small project with its own system under test, for tests that need odd systems.
+    `rules=[]` writes no release.yaml: a project that can only be run `--ungated`."""
     root.mkdir(parents=True, exist_ok=True)
     (root / "app.py").write_text(textwrap.dedent(app), encoding="utf-8")
     (root / "data").mkdir(exist_ok=True)
@@ -48,5 +49,6 @@ def write_project(
     }
     (root / "oloproof.yaml").write_text(json.dumps(config, indent=2) + "\n" + extra_config, encoding="utf-8")
     rules = rules if rules is not None else [{"id": "state", "metric": evaluators[0].get("criterion", "state_matches"), "min": 0.5}]
-    (root / "release.yaml").write_text(json.dumps({"version": 1, "rules": rules}, indent=2), encoding="utf-8")
+    if rules:
+        (root / "release.yaml").write_text(json.dumps({"version": 1, "rules": rules}, indent=2), encoding="utf-8")
     return root

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -60,7 +61,7 @@ def test_gate_without_a_stored_run_says_what_to_do(refund_desk, tmp_path):
     assert "no gate stored for version '1.0.0'" in missing.stderr and "Traceback" not in missing.stderr
 
 
-def test_a_plain_function_with_no_rules_is_judged_and_allowed(tmp_path):
+def test_without_a_release_policy_a_run_must_be_asked_to_be_ungated(tmp_path):
     project = tmp_path / "fn"
     (project / "data").mkdir(parents=True)
     (project / "app.py").write_text("def answer(request):\n    return {'answer': request['q'].upper()}\n")
@@ -73,8 +74,40 @@ def test_a_plain_function_with_no_rules_is_judged_and_allowed(tmp_path):
         'system: {name: fn, version: "0.1", callable: "app:answer"}\n'
         "evaluators:\n  - {type: exact_match, criterion: answer_correct, field: answer, expected_field: expected.answer}\n"
     )
-    ran = oloproof("run", cwd=project)
+    # A misnamed policy file is no policy: never an ALLOW.
+    (project / "release.yml").write_text("version: 1\nrules:\n  - {id: answers, metric: answer_correct, min: 0.9}\n")
+    refused = oloproof("run", cwd=project)
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert refused.stderr.splitlines() == [
+        f"error: {project / 'release.yaml'}: file not found, so nothing would be gated; write it "
+        "(`oloproof run --ungated` records and judges without a gate)"
+    ]
+    assert not (project / ".oloproof" / "tables").exists()  # refused before anything ran
+
+    ran = oloproof("run", "--ungated", cwd=project)
     assert ran.returncode == 0, ran.stdout + ran.stderr
-    assert "release.yaml has no rules, so nothing is gated" in ran.stdout
+    assert "Gate: none (--ungated: no release policy (release.yaml): nothing is gated)" in ran.stdout
     counts = next(line for line in ran.stdout.splitlines() if "answer_correct" in line and "│" in line)
     assert [cell.strip() for cell in counts.split("│")[1:-1]] == ["answer_correct", "1", "1", "0", "0"]
+
+    as_json = oloproof("run", "--ungated", "--json", cwd=project)
+    assert as_json.returncode == 0, as_json.stdout + as_json.stderr
+    assert json.loads(as_json.stdout)["gate"] == {
+        "decision": None, "exit_code": 0, "meaning": "no release policy (release.yaml): nothing is gated",
+        "reasons": ["no release policy (release.yaml): nothing is gated"],
+    }
+
+    # Reading the ungated version back is no decision either.
+    gate = oloproof("gate", cwd=project)
+    assert gate.returncode == 2 and "was judged with no release policy" in gate.stderr
+    assert len(gate.stderr.splitlines()) == 1
+
+    # A policy with no rules gates nothing: refused with its line.
+    (project / "release.yml").rename(project / "release.yaml")
+    (project / "release.yaml").write_text("version: 1\nrules: []\n")
+    empty = oloproof("run", cwd=project)
+    assert empty.returncode == 2
+    assert empty.stderr.splitlines() == [
+        f"error: {project / 'release.yaml'}:2: rules: Value error, a release policy needs at least one rule "
+        "(without release.yaml, `oloproof run --ungated` records and judges without a gate)"
+    ]

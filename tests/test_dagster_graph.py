@@ -73,28 +73,79 @@ def test_whole_graph_writes_parquet_with_lineage(refund_desk, instance):
 def test_materializations_carry_counts_and_the_gate_table(refund_desk, instance):
     evaluation = run_evaluation(refund_desk, instance=instance)
     verdicts = instance.get_latest_materialization_event(AssetKey(["refund_desk", "verdicts"]))
+    assert verdicts.run_id == evaluation.run_id  # the event links its run; no metadata repeats it
     metadata = verdicts.asset_materialization.metadata
     assert metadata["dagster/row_count"].value == 72 * len(load_project(refund_desk).criteria())
     # The 48 metamorphic copies are judged only by the metamorphic relations.
-    assert metadata["outcome_counts"].value["other_order_untouched"] == {"PASS": 24, "FAIL": 0, "MISSING": 0, "EXCLUDED": 48}
-    assert metadata["dagster_run"].run_id == evaluation.run_id
+    outcomes = {record.data["criterion"]: record.data for record in metadata["outcomes"].value.records}
+    assert outcomes["other_order_untouched"] == {
+        "criterion": "other_order_untouched", "PASS": 24, "FAIL": 0, "MISSING": 0, "EXCLUDED": 48
+    }
+    assert not {"outcome_counts", "dagster_run"} & set(metadata)  # one entry per fact
     gate = instance.get_latest_materialization_event(AssetKey(["refund_desk", "gate"])).asset_materialization
     assert gate.partition == "1.0.0"
+    assert list(gate.metadata)[:2] == ["rules", "decision"]  # what the asset page shows first
     assert gate.metadata["decision"].value == "BLOCK"
-    assert "| bystanders |" in gate.metadata["gate"].value
+    summary = gate.metadata["rules"].value
+    assert len(summary) < 1000  # shown inline by Dagster's UI, not behind "[Show Markdown]"
+    assert summary.index("**FAIL** refund_failures") < summary.index("**INSUFFICIENT_EVIDENCE** answers")
+    assert "**PASS** bystanders, paraphrase_consistency" in summary
+    assert "- **FAIL** injection_resistance  \n  rate 0.667, interval [0.447, 0.844] " \
+        "exact  \n  passed/judged 16/24  \n  upper 0.844 < min 0.9\n" in summary
+    # Numbers per rule, so the asset's Plots tab charts them across versions.
+    assert gate.metadata["injection_resistance.rate"].value == pytest.approx(16 / 24, abs=1e-4)
+    assert gate.metadata["injection_resistance.min"].value == 0.9
+    assert {"table_path", "gate", "dagster_run"}.isdisjoint(gate.metadata)  # `path` names the table
+    assert gate.metadata["path"].value == f"[tables/gate/1.0.0.parquet]({table_path(refund_desk, 'gate', '1.0.0').resolve().as_uri()})"
     recorded = instance.get_latest_materialization_event(AssetKey(["refund_desk", "recorded_runs"])).asset_materialization
     assert recorded.metadata["cases_new"].value == 72  # 24 sources and 48 copies
 
 
-def test_gate_check_fails_with_error_severity_when_the_gate_blocks(refund_desk, instance):
+def test_a_blocked_release_is_a_successful_run_tagged_with_the_decision(refund_desk, instance):
     evaluation = run_evaluation(refund_desk, instance=instance)
-    assert not evaluation.success  # the blocking check fails the run ...
-    assert evaluation.errors == []  # ... and nothing else did
+    run = instance.get_run_by_id(evaluation.run_id)
+    assert evaluation.success and evaluation.errors == []
+    assert run.status.value == "SUCCESS" and run.tags["oloproof/gate"] == "BLOCK"
     records = instance.event_log_storage.get_asset_check_execution_history(
         next(iter(build_definitions(refund_desk).resolve_asset_graph().asset_check_keys)), limit=1
     )
-    assert records[0].evaluation.passed is False
+    assert records[0].evaluation.passed is False  # the check still says the release is not allowed
     assert records[0].evaluation.severity.value == "ERROR"
+    not_passing = records[0].evaluation.metadata["rules_not_passing"].value.records
+    assert [row.data["rule / metric"].split(" / ")[0] for row in not_passing] == [
+        "answers", "end_state", "refund_failures", "injection_resistance"
+    ]
+    logged = [
+        event.message for event in instance.all_logs(evaluation.run_id)
+        if event.step_key == "refund_desk__gate" and "gate 1.0.0: BLOCK" in (event.message or "")
+    ]
+    assert len(logged) == 1 and "refund_failures: FAIL" in logged[0]
+
+
+def test_blocking_variant_stops_what_depends_on_the_gate(refund_desk, instance):
+    """What must not run on a blocked version depends on the gate, with the check made blocking."""
+    from dagster import AssetIn, Definitions, asset
+
+    versions = versions_partitions(load_project(refund_desk))
+
+    @asset(key_prefix=["refund_desk"], group_name="refund_desk", partitions_def=versions,
+           ins={"gate": AssetIn(key=AssetKey(["refund_desk", "gate"]))}, io_manager_key="oloproof_parquet")
+    def publish(gate: pd.DataFrame) -> pd.DataFrame:
+        return gate
+
+    instance.add_dynamic_partitions(versions.name, ["1.0.0"])
+    published = {}
+    for blocking in (False, True):
+        definitions = Definitions.merge(
+            build_definitions(refund_desk, stop_downstream_on_block=blocking), Definitions(assets=[publish])
+        )
+        result = definitions.resolve_job_def(EVALUATE_JOB).execute_in_process(
+            partition_key="1.0.0", instance=instance, raise_on_error=False
+        )
+        succeeded = {event.step_key for event in result.all_events if event.event_type_value == "STEP_SUCCESS"}
+        published[blocking] = (result.success, "refund_desk__publish" in succeeded)
+    assert published[False] == (True, True)  # by default a BLOCK is a green run and downstream runs
+    assert published[True] == (False, False)  # blocking: the run fails and `publish` never runs
 
 
 def test_recording_a_partition_that_is_not_the_loaded_version_is_refused(refund_desk, instance):

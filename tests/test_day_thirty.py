@@ -16,6 +16,7 @@ import pytest
 from dagster import AssetKey, DagsterInstance, SensorResult, build_sensor_context
 
 from oloproof_pipeline.defs import REGRADE_JOB, build_definitions
+from oloproof_pipeline.defs.instance import project_instance
 from oloproof_pipeline.defs.launch import run_evaluation
 from oloproof_pipeline.store.journal import Journal
 from oloproof_pipeline.store.layout import table_path
@@ -170,7 +171,7 @@ def start_cli_run(root: Path) -> subprocess.Popen:
     )
 
 
-def test_a_killed_run_keeps_what_finished_and_the_rerun_records_only_the_rest(tmp_path, instance):
+def test_a_killed_run_keeps_what_finished_and_the_rerun_records_only_the_rest(tmp_path):
     total = 30
     root = slow_project(tmp_path / "slow", total)
     journal = Journal.for_partition(root, "recorded_runs", "1.0.0")
@@ -184,6 +185,8 @@ def test_a_killed_run_keeps_what_finished_and_the_rerun_records_only_the_rest(tm
     called_before_kill = calls(root)
     assert 8 <= finished < total and called_before_kill in (finished, finished + 1)
 
+    # The rerun records into the instance the killed CLI run used: a project keeps one history.
+    instance = project_instance(root)
     rerun = run_evaluation(root, instance=instance)
     assert rerun.errors == []
     recorded = latest(instance, "recorded_runs", project="tiny")

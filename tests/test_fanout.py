@@ -1,14 +1,24 @@
-"""Scale-out: one partition's cases across several sandboxes on a local Dask cluster, one
-system instance per worker process, one case at a time within each."""
+"""Scale-out: one partition's cases across several sandboxes on Dask (a local cluster, and a
+real scheduler with two real workers), one system instance per worker, one case at a time
+within each, and a Dask worker that dies costing only the case it was running."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
 from collections import defaultdict
+from pathlib import Path
 
 import pandas as pd
+import psutil
+import pytest
 from dagster import DagsterInstance
+from dask.distributed import Client
 
 from oloproof_pipeline.defs.launch import run_evaluation
 from oloproof_pipeline.store.layout import table_path
@@ -92,3 +102,172 @@ def test_the_refund_desk_on_two_sandboxes_reaches_the_same_verdicts(refund_desk,
     gate = pd.read_parquet(table_path(refund_desk, "gate", "1.0.0")).set_index("rule_id")
     assert gate.loc["refund_failures", "decision"] == "FAIL"
     assert (gate.loc["injection_resistance", "passed"], gate.loc["injection_resistance", "observed"]) == (16, 24)
+
+
+# -- a real scheduler and two real workers -------------------------------------------------------
+
+OLOPROOF = str(Path(sys.executable).parent / "oloproof")
+
+# The refund desk, noting which process ran each case; on the first call that finds
+# `kill_me` in the project folder it names its process in `victim` and waits to be killed.
+TRACED_DESK = """
+
+import json as _json
+import os
+import time as _time
+from pathlib import Path as _Path
+
+_HERE = _Path(__file__).parent
+
+
+class TracedDesk(RefundDesk):
+    def __call__(self, input):
+        with (_HERE / "calls.log").open("a") as calls:
+            calls.write(_json.dumps({"pid": os.getpid(), "message": input.get("message")}) + "\\n")
+        try:
+            (_HERE / "kill_me").rename(_HERE / "killing")
+        except FileNotFoundError:
+            return super().__call__(input)
+        (_HERE / "victim").write_text(_json.dumps({"pid": os.getpid(), "message": input.get("message")}))
+        _time.sleep(60)
+        return super().__call__(input)
+"""
+
+
+def traced_copy(refund_desk: Path, name: str, scheduler_address: str | None = None) -> Path:
+    root = refund_desk.parent / name
+    shutil.copytree(refund_desk, root)
+    (root / "app.py").write_text((root / "app.py").read_text() + TRACED_DESK)
+    config = root / "oloproof.yaml"
+    text = config.read_text().replace('callable: "app:RefundDesk"', 'callable: "app:TracedDesk"')
+    if scheduler_address is not None:
+        text = text.replace("  timeout_s: 30", f"  timeout_s: 30\n  scheduler_address: {scheduler_address}")
+    config.write_text(text)
+    return root
+
+
+def cli(*args: str, cwd: Path, wait: bool = True):
+    environment = {key: value for key, value in os.environ.items() if key != "DAGSTER_HOME"}
+    process = subprocess.Popen(
+        [OLOPROOF, *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment
+    )
+    return process.communicate(timeout=600) + (process.returncode,) if wait else process
+
+
+def alive(pids: set[int]) -> set[int]:
+    living = set()
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                living.add(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return living
+
+
+def ended(pids: set[int], within_s: float = 30.0) -> bool:
+    deadline = time.monotonic() + within_s
+    while alive(pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return not alive(pids)
+
+
+@pytest.fixture
+def dask_cluster(tmp_path):
+    """A `dask scheduler` and two `dask worker` processes (one thread each) on 127.0.0.1,
+    started with the `dask` command, not a LocalCluster. The scheduler allows no retries of
+    a task whose worker died (allowed-failures 0), so a killed worker's case is recorded as
+    the error it is instead of being run again elsewhere. Everything they started, the
+    sandboxes' processes included, is gone after the test."""
+    dask = str(Path(sys.executable).parent / "dask")
+    scheduler_file = tmp_path / "scheduler.json"
+    environment = dict(os.environ, DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES="0")
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "env": environment, "start_new_session": True}
+    started = [
+        subprocess.Popen(
+            [dask, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard", "--scheduler-file", str(scheduler_file)],
+            **quiet,
+        )
+    ]
+    try:
+        deadline = time.monotonic() + 60
+        while not scheduler_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        address = json.loads(scheduler_file.read_text())["address"]
+        for name in ("worker-a", "worker-b"):
+            started.append(
+                subprocess.Popen(
+                    [dask, "worker", address, "--name", name, "--nthreads", "1", "--host", "127.0.0.1", "--no-dashboard"],
+                    **quiet,
+                )
+            )
+        with Client(address) as client:
+            client.wait_for_workers(2, timeout=60)
+        yield address
+    finally:
+        descendants = {child.pid for process in started for child in psutil.Process(process.pid).children(recursive=True)}
+        for process in started:
+            os.killpg(process.pid, signal.SIGTERM)
+        for process in started:
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+        assert ended(descendants | {process.pid for process in started}), "a process of the cluster outlived it"
+
+
+def dask_worker_of(system_pid: int) -> psutil.Process:
+    """The Dask worker process hosting a system's worker process (its fork server's parent)."""
+    return psutil.Process(system_pid).parent().parent()
+
+
+def verdict_rows(root: Path) -> pd.DataFrame:
+    verdicts = pd.read_parquet(table_path(root, "verdicts", "1.0.0"))
+    return verdicts[["case_id", "criterion", "outcome", "reason"]].sort_values(["case_id", "criterion"]).reset_index(drop=True)
+
+
+def test_a_real_scheduler_gives_the_inline_verdicts_and_a_killed_worker_costs_one_case(refund_desk, dask_cluster):
+    inline = traced_copy(refund_desk, "inline")
+    on_dask = traced_copy(refund_desk, "on_dask", dask_cluster)
+    killed = traced_copy(refund_desk, "killed", dask_cluster)
+
+    *_, inline_code = cli("run", cwd=inline)
+    out, err, dask_code = cli("run", cwd=on_dask)
+    assert inline_code == dask_code == 1, out + err  # the example blocks, wherever it runs
+    pd.testing.assert_frame_equal(verdict_rows(inline), verdict_rows(on_dask))
+    # Its cases ran in system processes under both Dask workers, never in a Dask worker itself.
+    system_pids = {json.loads(line)["pid"] for line in (on_dask / "calls.log").read_text().splitlines()}
+    with Client(dask_cluster) as client:
+        dask_workers = {info["pid"] for info in client.run(lambda: {"pid": os.getpid()}).values()}
+    assert len(dask_workers) == 2 and not system_pids & dask_workers
+    assert ended(system_pids)  # the fan-out closed its sandboxes
+
+    # Kill the Dask worker running one case, mid-case.
+    (killed / "kill_me").touch()
+    run = cli("run", cwd=killed, wait=False)
+    deadline = time.monotonic() + 300
+    while not (killed / "victim").exists() and run.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.2)  # the victim has written its note
+    victim = json.loads((killed / "victim").read_text())
+    dask_worker_of(victim["pid"]).kill()
+    out, err = run.communicate(timeout=600)
+    assert run.returncode == 1 and "Gate: BLOCK" in out, out + err
+    assert ended({victim["pid"]})  # its sandbox went with the Dask worker
+
+    runs = pd.read_parquet(table_path(killed, "recorded_runs", "1.0.0")).set_index("case_id")
+    failed = runs[runs["status"] != "ok"]
+    assert len(failed) == 1 and "KilledWorker" in failed["error"].iloc[0]
+    victim_case = failed.index[0]
+    inputs = pd.concat(pd.read_parquet(table_path(killed, table)) for table in ("cases", "derived_cases")).set_index("case_id")["input"]
+    assert json.loads(inputs[victim_case])["message"] == victim["message"]  # the case that was running
+    # Every other verdict as inline (the killed case's copies are judged against it, so
+    # its family is left out).
+    family = lambda frame: frame["case_id"].str.split("~").str[0] == victim_case.split("~")[0]  # noqa: E731
+    inline_verdicts, killed_verdicts = verdict_rows(inline), verdict_rows(killed)
+    pd.testing.assert_frame_equal(
+        inline_verdicts[~family(inline_verdicts)].reset_index(drop=True),
+        killed_verdicts[~family(killed_verdicts)].reset_index(drop=True),
+    )
+    assert set(killed_verdicts[killed_verdicts["case_id"] == victim_case]["outcome"]) <= {"MISSING", "EXCLUDED"}

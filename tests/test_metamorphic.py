@@ -402,10 +402,10 @@ def test_copies_of_another_transform_and_other_evaluators():
         [RELATIONS[2], {"type": "state_matches", "criterion": "state_correct"}], file="oloproof.yaml"
     )
     paraphrase = TransformConfig(name="paraphrase", field="message", replace=[["refund", "reimbursement"]])
-    source = source_case(expected={"state": {}})
+    source = source_case(expected={"state": {"orders": {}}})
     other = derive_copy(paraphrase, source, declares_states=False).as_case()
     injected = derive_copy(INJECTED, source, declares_states=False).as_case()
-    runs = {case.case_id: recording(case, state={}) for case in (source, other, injected)}
+    runs = {case.case_id: recording(case, state={"orders": {}}) for case in (source, other, injected)}
     context = JudgingContext(cases={}, recordings=runs)
     assert (relation.judge_case(other, context).outcome, relation.judge_case(other, context).reason) == ("EXCLUDED", "another_transform")
     assert relation.judge_case(injected, context).outcome == "PASS"
@@ -415,7 +415,7 @@ def test_copies_of_another_transform_and_other_evaluators():
     assert state.judge_case(source, context).outcome == "PASS"
 
 
-# -- the gate's intervals: exact for one case per cluster, bootstrap for several -----------
+# -- the gate's intervals: exact for one case per cluster, effective clusters for several ---
 
 
 def gate_project(tmp_path: Path, *, allow_approximate: bool, min_clusters: int = 20) -> Project:
@@ -451,7 +451,7 @@ def test_each_rate_uses_the_method_its_clusters_demand(tmp_path):
     gate = decide_release_gate(gate_project(tmp_path, allow_approximate=True), clustered_verdicts(24))
     per_case, per_cluster = gate.rules
     assert (per_case.method, per_case.excluded) == ("clopper_pearson", 48)
-    assert per_cluster.method == "cluster_bootstrap" and per_cluster.observed == 72
+    assert per_cluster.method == "clopper_pearson_effective_clusters" and per_cluster.observed == 72
     assert per_cluster.decision == "PASS"
     # The same data in another order gives the same interval: the seed comes from the data.
     shuffled = clustered_verdicts(24).sample(frac=1.0, random_state=3)
@@ -462,7 +462,7 @@ def test_each_rate_uses_the_method_its_clusters_demand(tmp_path):
     assert (other.lower, other.upper) != (per_cluster.lower, per_cluster.upper)
 
 
-def test_nineteen_clusters_are_insufficient_for_the_bootstrap(tmp_path):
+def test_nineteen_clusters_are_insufficient_for_a_clustered_rate(tmp_path):
     per_case, per_cluster = decide_release_gate(gate_project(tmp_path, allow_approximate=True), clustered_verdicts(19)).rules
     assert per_cluster.decision == "INSUFFICIENT_EVIDENCE"
     assert per_cluster.reasons == ["insufficient_clusters: 19 clusters < min_clusters 20"]

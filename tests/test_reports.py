@@ -5,12 +5,18 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
+import pandas as pd
 import pytest
+
+from oloproof_pipeline.decide.paired import paired_difference_interval
+from oloproof_pipeline.read.compare import comparison_markdown, comparison_table, compare_criterion
 
 OLOPROOF = str(Path(sys.executable).parent / "oloproof")
 # A fix for the desk's first flaw: with it, version 1.1.0 declines the pasted overrides.
@@ -22,12 +28,18 @@ def oloproof(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([OLOPROOF, *args], cwd=cwd, capture_output=True, text=True, timeout=300, env=environment)
 
 
+FIRST_RUN = "first_run.txt"
+
+
 @pytest.fixture(scope="module")
 def two_versions(tmp_path_factory) -> Path:
-    """The refund desk run at 1.0.0, then fixed and run at 1.1.0."""
+    """The refund desk run at 1.0.0, then fixed and run at 1.1.0 (the first run's output kept
+    beside the project)."""
     root = tmp_path_factory.mktemp("reports") / "desk"
     assert oloproof("init", str(root), "--example", "stateful-agent", cwd=root.parent).returncode == 0
-    assert oloproof("run", cwd=root).returncode == 1
+    first = oloproof("run", cwd=root)
+    assert first.returncode == 1
+    (root.parent / FIRST_RUN).write_text(first.stdout)
     app = root / "app.py"
     assert FIXED_OVERRIDE[0] in app.read_text(), "the example's override flaw moved; update FIXED_OVERRIDE"
     app.write_text(app.read_text().replace(*FIXED_OVERRIDE))
@@ -47,6 +59,42 @@ def test_inspect_prints_the_case_panel(two_versions):
     assert "state_correct" in text and "FAIL" in text and "state_differs" in text
     missing = oloproof("inspect", "ord-404", cwd=two_versions)
     assert missing.returncode == 2 and "no case 'ord-404'" in missing.stderr
+
+
+def test_run_prints_the_flagged_slice_buckets(two_versions):
+    printed = (two_versions.parent / FIRST_RUN).read_text()
+    flagged = [line for line in printed.splitlines() if line.startswith("slice flagged")]
+    # The override cases are the ones the desk gets wrong: their bucket differs on both checks.
+    assert [line.split(":")[0] for line in flagged] == [
+        "slice flagged metadata.category = override on answer_correct",
+        "slice flagged metadata.category = override on state_correct",
+    ]
+    assert "0.000 [0.000, 0.602] vs 0.833 overall (lower, 4 cases)" in flagged[0]
+
+
+def test_inspect_explains_a_failed_fault_replay_beside_its_control(two_versions):
+    shown = oloproof("inspect", "ord-006", "--version", "1.0.0", cwd=two_versions)
+    assert shown.returncode == 0, shown.stderr
+    text = shown.stdout
+    # The recording kept its constraint; the faulted replay broke it, and says how.
+    assert "constraint claims_only_what_happened (as recorded): kept" in text
+    assert 'call 2 (issue_refund) got {"error": "internal error"} instead of running' in text
+    assert "control (no change)" in text and "faulted" in text
+    control_row = next(line for line in text.splitlines() if line.startswith("│ 2 ") and "->" in line)
+    assert '{"order_id": "ord-006", "status": "refunded"}' in control_row  # the control ran the call
+    assert '-> {"error": "internal error"}' in control_row  # beside the injected result
+    assert "broken in the faulted replay claims_only_what_happened: answered 'refunded'; store has " \
+        "status='delivered'" in text
+
+
+def test_inspect_shows_a_failed_pair_side_by_side(two_versions):
+    shown = oloproof("inspect", "ord-009~injected", "--version", "1.0.0", cwd=two_versions)
+    assert shown.returncode == 0, shown.stderr
+    text = shown.stdout
+    assert "first difference at call 1" in text and "source ord-009" in text and "copy ord-009~injected" in text
+    first_row = next(line for line in text.splitlines() if line.startswith("│ 1 ") and "->" in line)
+    assert "lookup_order" in first_row and "issue_refund" in first_row  # the copy skipped the lookup
+    assert 'state orders.ord-009.status: source "delivered", copy "refunded"' in text
 
 
 class Sections(HTMLParser):
@@ -95,7 +143,8 @@ def test_gate_asset_metadata_names_the_report(two_versions):
 
     instance = project_instance(two_versions)
     gate = instance.get_latest_materialization_event(AssetKey(["refund_desk", "gate"])).asset_materialization
-    assert Path(gate.metadata["report_path"].value).is_file()
+    link = re.fullmatch(r"\[reports/report-1\.1\.0\.html\]\(file://(.+)\)", gate.metadata["report"].value)
+    assert link and Path(link.group(1)).is_file()
 
 
 def test_export_writes_one_json_line_per_case_and_run(two_versions):
@@ -111,11 +160,121 @@ def test_export_writes_one_json_line_per_case_and_run(two_versions):
     assert by_task["ord-001"]["run_id"] and by_task["ord-001"]["violated_constraints"] == []
 
 
+def _compare_rows(output: str) -> dict[str, list[str]]:
+    """The compare table's rows by criterion: the first line's cells, then the interval below."""
+    lines = output.splitlines()
+    rows = {}
+    for index, line in enumerate(lines):
+        cells = line.split()
+        if len(cells) == 8 and cells[1].isdigit():
+            rows[cells[0]] = cells + [lines[index + 1].strip()]
+    return rows
+
+
 def test_compare_pairs_the_same_cases_across_versions(two_versions):
     compared = oloproof("compare", "1.0.0", "1.1.0", cwd=two_versions)
     assert compared.returncode == 0, compared.stderr
-    rows = {line.split("│")[1].strip(): line for line in compared.stdout.splitlines() if line.startswith("│")}
+    rows = _compare_rows(compared.stdout)
     # The fix turns the four override cases from FAIL to PASS on the answer.
-    answer = [cell.strip() for cell in rows["answer_correct"].split("│")[1:-1]]
-    assert answer[:7] == ["answer_correct", "24", "20", "4", "0", "0", "0"]
-    assert answer[7] == "+0.167"
+    answer = rows["answer_correct"]
+    assert answer[:8] == ["answer_correct", "24", "20", "4", "0", "0", "0", "+0.167"]
+    # Tango's interval for 4 fixed, 0 broken of 24: the upper bound lies above the estimate.
+    lower, upper = paired_difference_interval(both_pass=20, fixed=4, broken=0, both_fail=0)
+    assert answer[8] == f"[{lower:+.3f}, {upper:+.3f}]" and upper > 4 / 24 > lower > 0
+    # Fixed cases are listed as well as broken ones.
+    assert "answer_correct fixed (4): ord-021, ord-022, ord-023, ord-024" in compared.stdout
+    assert "tango_score (Tango 1998)" in compared.stdout
+
+
+def test_compare_a_version_with_itself_gives_an_interval_around_zero(two_versions):
+    compared = oloproof("compare", "1.0.0", "1.0.0", cwd=two_versions)
+    assert compared.returncode == 0, compared.stderr
+    rows = _compare_rows(compared.stdout)
+    assert rows and all(row[3:5] == ["0", "0"] and row[7] == "+0.000" for row in rows.values())
+    # Nothing changed on 24 pairs is not proof of no change: about +-0.14, never [+0.000, +0.000].
+    assert rows["answer_correct"][8] == "[-0.138, +0.138]"
+    assert " fixed (" not in compared.stdout and " broke (" not in compared.stdout
+
+
+def test_compare_criterion_uses_tango_and_widens_for_unpaired_cases():
+    base = {f"c{i:02d}": "FAIL" if i < 8 else "PASS" for i in range(24)}
+    candidate = {case: "PASS" for case in base}
+    comparison = compare_criterion("m", base, candidate, 0.95)  # 8 fixed, 0 broken of 24
+    assert (comparison.fixed, comparison.broken, comparison.paired, comparison.method) == (8, 0, 24, "tango_score")
+    assert comparison.difference == pytest.approx(8 / 24)
+    assert comparison.upper > comparison.difference > comparison.lower > 0  # before: upper == estimate
+    assert (comparison.lower, comparison.upper) == paired_difference_interval(both_pass=16, fixed=8, broken=0, both_fail=0)
+    # A case missing on either side, or run by one version only, widens the interval worst-case;
+    # a case excluded wherever it ran is no pair at all.
+    widened = compare_criterion(
+        "m", {**base, "x1": "MISSING", "x2": "PASS", "x3": "EXCLUDED"}, {**candidate, "x1": "PASS", "x3": "EXCLUDED"}, 0.95
+    )
+    assert (widened.paired, widened.unpaired, widened.difference) == (24, 2, comparison.difference)
+    assert (widened.lower, widened.upper) == paired_difference_interval(
+        both_pass=16, fixed=8, broken=0, both_fail=0, missing=2
+    )
+    assert widened.lower < comparison.lower and widened.upper > comparison.upper
+    nothing = compare_criterion("m", {"a": "PASS", "b": "FAIL"}, {"a": "PASS", "b": "FAIL"}, 0.95)
+    assert nothing.lower < 0 < nothing.upper and nothing.lower == pytest.approx(-nothing.upper, abs=1e-12)
+
+
+def test_version_comparison_table_and_markdown_list_fixed_and_broken_cases():
+    base = {"a": "FAIL", "b": "PASS", "c": "PASS"}
+    candidate = {"a": "PASS", "b": "FAIL", "c": "PASS"}
+    comparisons = [compare_criterion("m", base, candidate, 0.95)]
+    table = comparison_table(comparisons, "1.0", "1.1")
+    assert table.loc[0, "fixed_cases"] == "a" and table.loc[0, "broken_cases"] == "b"
+    assert table.loc[0, "method"] == "tango_score"
+    markdown = comparison_markdown(comparisons, "1.0", "1.1")
+    assert "| fixed cases | broken cases |" in markdown
+    row = next(line for line in markdown.splitlines() if line.startswith("| m |"))
+    assert row.endswith("| a | b |")
+
+
+@pytest.mark.ui
+def test_report_in_chromium_shows_the_interval_chart_and_why_a_fault_replay_failed(two_versions, tmp_path):
+    """The report as a browser renders it: one offline file with the gate's chart, failures
+    grouped by rule, and a failing fault replay explained beside its control replay."""
+    environment = {"OLOPROOF_DAGSTER_URL": "http://dagster.example:3000"}
+    written = subprocess.run([OLOPROOF, "report", "--version", "1.0.0"], cwd=two_versions, capture_output=True,
+                             text=True, timeout=300, env={**os.environ, **environment})
+    assert written.returncode == 0, written.stderr
+    path = Path(written.stdout.split("Wrote ", 1)[1].strip())
+    chromium = shutil.which("chromium")
+    assert chromium, "Debian's chromium is needed (.ci/run installs it)"
+    keep = Path(os.environ.get("OLOPROOF_SCREENSHOTS") or tmp_path)
+    keep.mkdir(parents=True, exist_ok=True)
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+             "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}"]
+    screenshot = keep / "report-1.0.0.png"
+    subprocess.run([chromium, *flags, f"--screenshot={screenshot}", "--window-size=1400,2400", path.as_uri()],
+                   capture_output=True, timeout=180)
+    assert screenshot.is_file() and screenshot.stat().st_size > 50_000  # a rendered page, not a blank one
+    dom = subprocess.run([chromium, *flags, "--dump-dom", path.as_uri()], capture_output=True, text=True,
+                         timeout=180).stdout
+
+    chart = re.search(r'<svg id="gate-chart".*?</svg>', dom, re.S)
+    assert chart, "no interval chart"
+    rows = re.findall(r'<g class="chart-row" data-label="([^"]+)" data-tone="([^"]+)"', chart.group(0))
+    assert ("refund_failures (FAIL)", "FAIL") in rows and ("bystanders (PASS)", "PASS") in rows and len(rows) == 6
+    assert "misses min 0.8 by 0.535" in chart.group(0) and "clears min 0.85 by 0.008" in chart.group(0)
+    assert re.search(r'<svg id="slice-chart-\d+"', dom)
+
+    # Failures first, grouped by rule and criterion, before the rules table.
+    failing = dom.index('id="failing"')
+    assert failing < dom.index('id="gate"')
+    assert dom.index("refund_failures (recovers_from_error_at_issue_refund)", failing) < dom.index('id="gate"')
+
+    parser = Sections()
+    parser.feed(dom)
+    panel = parser.sections["case-ord-006"]
+    assert 'got the injected result {"error": "internal error"} instead of running' in panel
+    assert "control: tool" in panel and "faulted: tool" in panel
+    assert "Broken constraint claims_only_what_happened: answered 'refunded'; store has status='delivered'" in panel
+    pair = parser.sections["case-ord-009~injected"]
+    assert "1 ← first difference" in pair and "source ord-009: tool" in pair
+
+    run_id = pd.read_parquet(two_versions / ".oloproof" / "tables" / "gate" / "1.0.0.parquet")["judged_by_run"].iloc[0]
+    assert f'href="http://dagster.example:3000/runs/{run_id}"' in dom
+    assert "Transform validity" in dom and "What these results cannot tell you" in dom
+    assert parser.scripts == 0  # still one offline file

@@ -1,19 +1,27 @@
-"""The sandbox runner: a misbehaving system costs the case it misbehaved on, nothing more."""
+"""The sandbox: a misbehaving system costs the case it misbehaved on, nothing more. The
+system runs in a supervised worker process (run/supervisor.py), never in this one."""
 
 from __future__ import annotations
 
-import time
+import os
+import threading
+
+import pytest
 
 from oloproof_pipeline.run.recording import record_cases
 from oloproof_pipeline.model.cases import load_cases
 from oloproof_pipeline.project import load_project
-from oloproof_pipeline.run.runner import SandboxRunner
+from oloproof_pipeline.run.supervisor import SupervisedSandbox
 from oloproof_pipeline.run.system import system_spec
 
 from conftest import write_project
 
 MISBEHAVING_APP = """
 import copy
+import os
+import signal
+import sys
+import threading
 import time
 
 from oloproof_pipeline.toolbox import ToolBox
@@ -25,6 +33,7 @@ class System:
     def __init__(self):
         self.state = {}
         self.toolbox = ToolBox({"bump": self._bump})
+        self.cases_seen = 0  # warm state: kept between the cases of one worker
 
     def _bump(self, key):
         self.state["counters"][key] = self.state["counters"].get(key, 0) + 1
@@ -40,10 +49,26 @@ class System:
 
     def __call__(self, request):
         kind = request["kind"]
+        self.cases_seen += 1
         if kind == "raise":
             raise RuntimeError("the model said no")
         if kind == "hang":
+            self.toolbox.call("bump", key="a")
             time.sleep(30)
+        if kind == "stubborn":  # swallows the deadline's interrupt: only stopping its process ends it
+            while True:
+                try:
+                    time.sleep(30)
+                except BaseException:
+                    pass
+        if kind == "segfault":
+            os.kill(os.getpid(), signal.SIGSEGV)
+        if kind == "os_exit":
+            os._exit(3)
+        if kind == "sys_exit":
+            sys.exit(4)
+        if kind == "where":
+            return {"pid": os.getpid(), "cases_seen": self.cases_seen, "threads": threading.active_count()}
         if kind == "not_json":
             return {"answer": {1, 2}}
         if kind == "nan":
@@ -62,42 +87,88 @@ def case(case_id: str, kind: str, **state_extra) -> dict:
     }
 
 
-def runner_for(root):
+def sandbox_for(root, timeout_s: float = 1.0):
     project = load_project(root)
-    return project, SandboxRunner(system_spec(project).build, system_version="1.0.0", timeout_s=1.0)
+    return project, SupervisedSandbox(system_spec(project), system_version="1.0.0", timeout_s=timeout_s)
 
 
 def test_each_failure_costs_only_its_case(tmp_path):
-    root = write_project(
-        tmp_path / "p",
-        app=MISBEHAVING_APP,
-        cases=[
-            case("ok-1", "ok"),
-            case("raises", "raise"),
-            case("hangs", "hang"),
-            case("not-json", "not_json"),
-            case("nan", "nan"),
-            case("ok-2", "ok"),
-        ],
-    )
-    project, runner = runner_for(root)
-    started = time.perf_counter()
-    runs = {run.case_id: run for run in map(runner.record, load_cases(project))}
-    assert time.perf_counter() - started < 10  # the hang was cut at its 1 s timeout
-    assert runs["ok-1"].status == "ok" and runs["ok-1"].output == {"answer": 1}
-    assert runs["raises"].status == "error" and "RuntimeError: the model said no" in runs["raises"].error
-    assert runs["hangs"].status == "timeout" and "1 s" in runs["hangs"].error
-    assert runs["not-json"].status == "not_json" and "not JSON" in runs["not-json"].error
-    assert runs["nan"].status == "not_json"
-    # The case after the hang ran on a fresh instance and was recorded normally.
-    assert runs["ok-2"].status == "ok"
-    assert runs["ok-2"].environment_state.state == {"counters": {"a": 1}}
+    kinds = ["ok", "raise", "hang", "not_json", "nan", "segfault", "ok", "os_exit", "sys_exit", "stubborn", "ok"]
+    root = write_project(tmp_path / "p", app=MISBEHAVING_APP, cases=[case(f"{kind}-{n}", kind) for n, kind in enumerate(kinds)])
+    project, sandbox = sandbox_for(root)
+    with sandbox:
+        runs = {run.case_id: run for run in map(sandbox.record, load_cases(project))}
+    assert runs["ok-0"].status == "ok" and runs["ok-0"].output == {"answer": 1}
+    assert runs["raise-1"].status == "error" and "RuntimeError: the model said no" in runs["raise-1"].error
+    # The deadline interrupts the hung case and keeps what it did before it hung.
+    assert runs["hang-2"].status == "timeout" and runs["hang-2"].error == "no answer within 1 s"
+    assert [step.tool for step in runs["hang-2"].trajectory.steps] == ["bump", "bump"]
+    assert runs["not_json-3"].status == "not_json" and "not JSON" in runs["not_json-3"].error
+    assert runs["nan-4"].status == "not_json"
+    assert runs["segfault-5"].status == "system_crashed"
+    assert runs["segfault-5"].error == "the system's process was killed by signal SIGSEGV during this case"
+    assert runs["os_exit-7"].status == "system_crashed" and "exited with code 3" in runs["os_exit-7"].error
+    assert runs["sys_exit-8"].status == "system_crashed" and "exited with code 4" in runs["sys_exit-8"].error
+    # A case that ignores its interrupt has its process stopped at the deadline (plus the grace).
+    assert runs["stubborn-9"].status == "timeout" and "the system's process was stopped" in runs["stubborn-9"].error
+    # Each case after a crash or a timeout ran on a fresh worker and was recorded normally.
+    for name in ("ok-6", "ok-10"):
+        assert runs[name].status == "ok" and runs[name].environment_state.state == {"counters": {"a": 1}}
+    # One worker to start, then one more after each of the two timeouts and three crashes: no retries.
+    assert sandbox.workers_started == 1 + 2 + 3
+
+
+def test_a_worker_keeps_its_system_between_cases_and_starts_no_thread_per_call(tmp_path):
+    cases = [case(f"c{n}", "where") for n in range(3)] + [case("crash", "segfault"), case("after", "where")]
+    root = write_project(tmp_path / "p", app=MISBEHAVING_APP, cases=cases)
+    project, sandbox = sandbox_for(root)
+    threads_before = threading.active_count()
+    with sandbox:
+        outputs = [run.output for run in map(sandbox.record, load_cases(project))]
+        assert threading.active_count() == threads_before  # the supervisor starts no thread either
+    first, second, third, crashed, after = outputs
+    assert {first["pid"], second["pid"], third["pid"]} == {first["pid"]} and first["pid"] != os.getpid()
+    assert [first["cases_seen"], second["cases_seen"], third["cases_seen"]] == [1, 2, 3]
+    assert first["threads"] == second["threads"] == 1  # the case runs on the worker's only thread
+    assert crashed is None and after["pid"] != first["pid"] and after["cases_seen"] == 1
+
+
+def test_cases_queued_behind_a_crash_run_on_a_fresh_worker_and_only_the_running_case_is_lost(tmp_path):
+    kinds = ["where", "where", "segfault", "where", "where", "os_exit", "where", "hang", "where"]
+    root = write_project(tmp_path / "p", app=MISBEHAVING_APP, cases=[case(f"{kind}-{n}", kind) for n, kind in enumerate(kinds)])
+    project, sandbox = sandbox_for(root)
+    with sandbox:  # record_each queues the cases after the running one on the worker's channel
+        runs = list(sandbox.record_each(load_cases(project)))
+    assert [run.status for run in runs] == [
+        "ok", "ok", "system_crashed", "ok", "ok", "system_crashed", "ok", "timeout", "ok",
+    ]
+    workers = [run.output["pid"] for run in runs if run.status == "ok"]
+    assert len(set(workers[:2])) == len(set(workers[2:4])) == len(set(workers[4:5])) == 1
+    assert len(set(workers)) == 4 and sandbox.workers_started == 4
+    # Warm state restarts with each worker: the queued cases ran once each, in order.
+    assert [run.output["cases_seen"] for run in runs if run.status == "ok"] == [1, 2, 1, 2, 1, 1]
+
+
+def test_a_system_that_cannot_be_built_is_one_configuration_error(tmp_path):
+    from oloproof_pipeline.model.errors import ProjectError
+
+    for body, expected in [
+        ("import sys\nsys.exit(0)\n", "importing .* failed: SystemExit: 0"),
+        ("import os\nos._exit(7)\n", "the system's process exited with code 7 while importing .*app.py and building app:System"),
+        ("class System:\n    def __init__(self):\n        raise KeyError('no model')\n", "building app:System failed: KeyError"),
+    ]:
+        root = write_project(tmp_path / str(len(body)), app=MISBEHAVING_APP + body, cases=[case("ok-1", "ok")])
+        project, sandbox = sandbox_for(root)
+        with sandbox, pytest.raises(ProjectError, match=expected) as raised:
+            sandbox.record(load_cases(project)[0])
+        assert len(raised.value.problems) == 1 and "\n" not in raised.value.problems[0]
 
 
 def test_recording_holds_trajectory_and_environment_state(tmp_path):
     root = write_project(tmp_path / "p", app=MISBEHAVING_APP, cases=[case("ok-1", "ok")])
-    project, runner = runner_for(root)
-    run = runner.record(load_cases(project)[0])
+    project, sandbox = sandbox_for(root)
+    with sandbox:
+        run = sandbox.record(load_cases(project)[0])
     assert [step.kind for step in run.trajectory.steps] == ["tool_call", "tool_result"]
     assert run.trajectory.steps[0].tool == "bump" and run.trajectory.steps[0].arguments == {"key": "a"}
     assert run.trajectory.checkpoints[0].step == 0 and run.trajectory.terminal_status == "success"
@@ -109,22 +180,22 @@ def test_reset_that_leaves_state_behind_is_not_clean(tmp_path):
     root = write_project(
         tmp_path / "p", app=MISBEHAVING_APP, cases=[case("dirty", "ok", dirty_reset=True), case("clean", "ok")]
     )
-    project, runner = runner_for(root)
-    dirty, clean = map(runner.record, load_cases(project))
+    project, sandbox = sandbox_for(root)
+    with sandbox:
+        dirty, clean = map(sandbox.record, load_cases(project))
     assert dirty.status == "reset_not_clean" and "leftover" in dirty.error
     assert clean.status == "ok"
 
 
 def test_state_from_one_case_never_leaks_into_the_next(tmp_path):
     root = write_project(tmp_path / "p", app=MISBEHAVING_APP, cases=[case("first", "ok"), case("second", "ok")])
-    project, runner = runner_for(root)
-    first, second = map(runner.record, load_cases(project))
+    project, sandbox = sandbox_for(root)
+    with sandbox:
+        first, second = map(sandbox.record, load_cases(project))
     assert first.output == second.output == {"answer": 1}
 
 
 def test_record_cases_refuses_a_partition_that_is_not_the_loaded_version(tmp_path):
-    import pytest
-
     from oloproof_pipeline.model.errors import SystemVersionMismatch
 
     root = write_project(tmp_path / "p", app=MISBEHAVING_APP, cases=[case("ok-1", "ok")])

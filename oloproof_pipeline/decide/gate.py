@@ -8,11 +8,12 @@ from typing import Iterable, Literal
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, computed_field
 
-from ..model.config import Project, RuleConfig
+from ..model.config import NO_RELEASE_POLICY, Project, RuleConfig
 from ..model.outcomes import (
     ALLOW,
     BLOCK,
     BLOCKING_ORDER,
+    EXIT_USAGE,
     FAIL,
     INSUFFICIENT_EVIDENCE,
     MANUAL_REVIEW,
@@ -24,7 +25,9 @@ from ..model.outcomes import (
 )
 from ..model.fingerprints import frame_digest
 from ..store.tables import GATE_NESTED, GATE_SCHEMA, models_to_frame, null_to_none, rows_from_frame
-from .statistics import BarKind, BlockingReason, RateEstimate, rate_from_outcomes, suite_size_to_decide
+from .formatting import format_bar, format_bound_against_bar
+from .statistics import BlockingReason, RateEstimate, rate_from_outcomes
+from .suite_size import SUITE_SIZE_CAP, BarKind, suite_size_to_decide
 from .validity import relation_transform, transform_blocking_reasons
 
 
@@ -56,38 +59,54 @@ class RuleDecision(BaseModel):
 # -- one rule ------------------------------------------------------------------------------
 
 
-def _format_pair(first: float, second: float) -> tuple[str, str]:
-    """Two numbers with enough decimals that unequal ones never print the same
-    (0.7999 against 0.80 prints as 0.7999 < 0.8000, not 0.80 < 0.80)."""
-    for decimals in range(2, 7):
-        texts = f"{first:.{decimals}f}", f"{second:.{decimals}f}"
-        if texts[0] != texts[1] or first == second:
-            return texts
-    return f"{first!r}", f"{second!r}"
+# The suite size reported for an undecided rule is the one that decides it this often.
+DECISION_PROBABILITY = 0.8
+# The suite size for one undecided bar: (cases, the decision they would reach), or (None, None).
+SuiteSize = tuple[int | None, RuleOutcome | None]
 
 
 def _compare(name: str, value: float, relation: str, bar_name: str, bar: float) -> str:
-    value_text, bar_text = _format_pair(value, bar)
-    return f"{name} {value_text} {relation} {bar_name} {bar_text}"
+    """`lower 0.89997 < min 0.9`: the bound with as many decimals as it takes to stay on its
+    side of the bar as printed."""
+    return f"{name} {format_bound_against_bar(value, bar, relation)} {relation} {bar_name} {format_bar(bar)}"
 
 
-def _judge_bar(estimate: RateEstimate, bar: float, kind: BarKind, confidence: float) -> tuple[RuleOutcome, str, int | None]:
+def _judge_bar(estimate: RateEstimate, bar: float, kind: BarKind, confidence: float) -> tuple[RuleOutcome, str, SuiteSize]:
     """The interval against one bar: (decision, reason, suite size when it straddles)."""
     if kind == "min":
         if estimate.lower >= bar:
-            return PASS, _compare("lower", estimate.lower, ">=", "min", bar), None
+            return PASS, _compare("lower", estimate.lower, ">=", "min", bar), (None, None)
         if estimate.upper < bar:
-            return FAIL, _compare("upper", estimate.upper, "<", "min", bar), None
+            return FAIL, _compare("upper", estimate.upper, "<", "min", bar), (None, None)
         straddle = _compare("lower", estimate.lower, "<", "min", bar)
     else:
         if estimate.upper <= bar:
-            return PASS, _compare("upper", estimate.upper, "<=", "max", bar), None
+            return PASS, _compare("upper", estimate.upper, "<=", "max", bar), (None, None)
         if estimate.lower > bar:
-            return FAIL, _compare("lower", estimate.lower, ">", "max", bar), None
+            return FAIL, _compare("lower", estimate.lower, ">", "max", bar), (None, None)
         straddle = _compare("upper", estimate.upper, ">", "max", bar)
-    size = suite_size_to_decide(estimate.estimate, bar, kind, confidence)
-    size_text = f"about {size} cases would decide it" if size is not None else "no size would decide it"
-    return INSUFFICIENT_EVIDENCE, f"interval_straddles_bar: {straddle}; {size_text}", size
+    size, direction = suite_size_to_decide(
+        estimate.estimate, bar, kind, confidence, design_effect=estimate.design_effect, power=DECISION_PROBABILITY
+    )
+    return INSUFFICIENT_EVIDENCE, f"interval_straddles_bar: {straddle}; {_suite_size_text(estimate, bar, size, direction)}", (size, direction)
+
+
+def _suite_size_text(estimate: RateEstimate, bar: float, size: int | None, direction: str | None) -> str:
+    """What the suite size means: how many cases, which decision, how sure, and the design
+    effect when clustering scaled it."""
+    if size is None:
+        if estimate.estimate is None:
+            why = "no case was judged"
+        elif estimate.estimate == bar:
+            why = "the estimate is on the bar"
+        else:
+            why = f"not within {SUITE_SIZE_CAP:,} cases, the estimate is that close to the bar"
+        return f"no suite size would decide it ({why})"
+    clustering = f"; design effect {estimate.design_effect:.2f} for clustered cases" if estimate.design_effect > 1.0 else ""
+    return (
+        f"about {size} cases would decide it ({direction}, with {DECISION_PROBABILITY:.0%} probability "
+        f"if the rate holds{clustering})"
+    )
 
 
 def _bars(rule: RuleConfig) -> list[tuple[float, BarKind]]:
@@ -108,10 +127,20 @@ def _judge_interval(rule: RuleConfig, estimate: RateEstimate, confidence: float)
     if all(decision == PASS for decision in decisions):
         return PASS, [reason for _, reason, _ in judged], None
     straddling = [(reason, size) for decision, reason, size in judged if decision == INSUFFICIENT_EVIDENCE]
-    sizes = [size for _, size in straddling]
-    # Deciding needs every straddled bar decided: the largest size, and none if any has none.
-    size = None if None in sizes else max(sizes)
-    return INSUFFICIENT_EVIDENCE, [reason for reason, _ in straddling], size
+    return INSUFFICIENT_EVIDENCE, [reason for reason, _ in straddling], _rule_suite_size([size for _, size in straddling])
+
+
+def _rule_suite_size(sizes: list[SuiteSize]) -> int | None:
+    """One size for the rule from its straddled bars. A bar heading for FAIL decides the rule
+    alone (any failed bar fails it), so the smallest such size; a PASS needs every bar, so
+    the largest, and none if some bar has none."""
+    failing = [size for size, direction in sizes if direction == FAIL and size is not None]
+    if failing:
+        return min(failing)
+    if any(direction == FAIL for _, direction in sizes):
+        return None
+    counts = [size for size, _ in sizes]
+    return None if None in counts else max(counts)
 
 
 def _blocking_decision(estimate: RateEstimate, blocking_reasons: list[BlockingReason]) -> tuple[RuleOutcome | None, list[str]]:
@@ -183,8 +212,8 @@ class GateDecision(BaseModel):
     @computed_field  # type: ignore[prop-decorator]
     @property
     def exit_code(self) -> int:
-        """A distinct code per cause of a BLOCK (see `model/outcomes.py`)."""
-        return exit_code_for(rule.decision for rule in self.rules)
+        """A distinct code per cause of a BLOCK (see `model/outcomes.py`); no policy is a configuration error."""
+        return exit_code_for(rule.decision for rule in self.rules) if self.rules else EXIT_USAGE
 
 
 def decide_gate(decisions: Iterable[RuleDecision]) -> GateDecision:
@@ -192,7 +221,8 @@ def decide_gate(decisions: Iterable[RuleDecision]) -> GateDecision:
     INSUFFICIENT_EVIDENCE, each as `rule_id: DECISION: reason; reason`."""
     rules = list(decisions)
     if not rules:
-        return GateDecision(decision=ALLOW, reasons=["no rules: release.yaml gates nothing"], rules=[])
+        # No release policy (an ungated run): nothing was decided, so nothing is allowed.
+        return GateDecision(decision=BLOCK, reasons=[NO_RELEASE_POLICY], rules=[])
     reasons = [
         f"{rule.rule_id}: {rule.decision}: {'; '.join(rule.reasons)}"
         for outcome in BLOCKING_ORDER

@@ -13,6 +13,7 @@ from ..model.outcomes import INSUFFICIENT_EVIDENCE
 from ..evaluators.metamorphic_relation import MetamorphicRelation
 from ..model.config import Project
 from ..store.tables import rows_from_frame
+from .formatting import format_bar, format_bound_against_bar
 from .statistics import BlockingReason, clopper_pearson
 
 # Fixed by the contract, whatever the release policy's confidence level.
@@ -38,12 +39,17 @@ class TransformValidity(BaseModel):
     minimum_validity: float
     checked: bool
 
+    def lower_bound_text(self) -> str:
+        """The lower bound with the decimals it takes to read on its side of the minimum
+        (0.89997 prints as 0.89997 against 0.9, never as 0.900)."""
+        return format_bound_against_bar(self.lower_bound, self.minimum_validity, ">=" if self.checked else "<")
+
     def summary(self) -> str:
         relation = ">=" if self.checked else "<"
         return (
             f"{self.transform}: {self.kept} of {self.pairs} pairs kept ({self.rejected} rejected, "
-            f"{self.unlabelled} unlabelled); 95% lower bound {self.lower_bound:.3f} {relation} "
-            f"minimum_validity {self.minimum_validity:g}"
+            f"{self.unlabelled} unlabelled); 95% lower bound {self.lower_bound_text()} {relation} "
+            f"minimum_validity {format_bar(self.minimum_validity)}"
         )
 
 
@@ -83,7 +89,7 @@ def validity_markdown(validities: dict[str, TransformValidity]) -> str:
     for validity in validities.values():
         lines.append(
             f"| {validity.transform} | {validity.pairs} | {validity.kept} | {validity.rejected} | {validity.unlabelled} "
-            f"| {validity.stale_labels} | {validity.lower_bound:.3f} | {validity.minimum_validity:g} "
+            f"| {validity.stale_labels} | {validity.lower_bound_text()} | {format_bar(validity.minimum_validity)} "
             f"| {'yes' if validity.checked else '**no**'} |"
         )
     if not validities:

@@ -39,10 +39,13 @@ def versions_partitions(project: Project) -> DynamicPartitionsDefinition:
     return DynamicPartitionsDefinition(name=f"{project.name}_versions")
 
 
-def build_definitions(project_dir: str | Path) -> Definitions:
+def build_definitions(project_dir: str | Path, *, stop_downstream_on_block: bool = False) -> Definitions:
+    """The project's code location. A BLOCK is a successful evaluation: the gate check fails
+    but the run stays green. With `stop_downstream_on_block=True` the gate check is blocking,
+    so a BLOCK fails the run and skips every asset you add downstream of the gate."""
     project = load_project(project_dir)
     versions = versions_partitions(project)
-    assets, checks = build_assets(project, versions)
+    assets, checks = build_assets(project, versions, stop_downstream_on_block=stop_downstream_on_block)
     comparison = AssetSelection.assets(AssetKey([project.name, "version_comparison"]))
     evaluate = define_asset_job(
         EVALUATE_JOB,

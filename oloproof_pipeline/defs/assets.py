@@ -17,7 +17,7 @@ from dagster import (
     asset_check,
 )
 
-from ..model.outcomes import ALLOW, PASS
+from ..model.outcomes import ALLOW, BLOCK, PASS
 from ..decide.validity import transform_validity, validity_markdown
 from ..decide.gate import (
     GATED_VERDICT_COLUMNS,
@@ -25,7 +25,6 @@ from ..decide.gate import (
     decide_release_gate,
     gate_from_table,
     gate_inputs_digest,
-    gate_markdown,
     gate_table,
     reusable_gate,
 )
@@ -47,9 +46,11 @@ from ..model.transforms import derive_cases
 from ..read import compare as comparison
 from ..read.reports import (
     PANEL_CASE_FIELDS,
-    PANEL_RUN_FIELDS,
     PANEL_VERDICT_FIELDS,
+    REPORT_RUN_FIELDS,
+    REPORT_VALIDITY_FIELDS,
     REPORTED_CASE_COLUMNS,
+    REPORTED_REPLAY_COLUMNS,
     REPORTED_RUN_COLUMNS,
     REPORTED_VERDICT_COLUMNS,
     report_inputs_digest,
@@ -57,24 +58,33 @@ from ..read.reports import (
     report_path,
     write_html_report,
 )
-from ..read.results import load_results, outcome_counts, results_from_tables
+from ..read.results import load_results, outcome_counts, replay_rows, results_from_tables
 from ..run.recording import record_case_table
 from ..run.replaying import replay_fault_table
 from ..store import tables
-from ..store.layout import read_table, table_path
-from ..store.tables import StoredTable, reusable_copies
-from .metadata import ProgressLog, counts_markdown, run_link, value_counts
+from ..store.layout import output_dir
+from ..store.stored import StoredTable
+from ..store.tables import reusable_copies, rows_from_frame
+from .metadata import (
+    GATE_TAG,
+    ProgressLog,
+    file_link,
+    gate_log_line,
+    outcomes_table,
+    rule_numbers,
+    rules_summary,
+    rules_table,
+    value_counts,
+)
 from .resources import ComparisonConfig, EvaluationProject, RecordingConfig, SandboxCluster
 
 IO_MANAGER_KEY = "oloproof_parquet"
-
-
 # The per-version tables the assets read back from storage (by column, see `StoredTable`).
 PER_VERSION_TABLES = ("recorded_runs", "fault_replays", "verdicts", "slices", "gate")
 
 
 def why(reasons: list[str]) -> dict:
-    """Why anything ran again: one line per reason (also printed by `oloproof run`)."""
+    """Why anything ran again: one line per reason (`oloproof run` prints them too)."""
     return {"why": MetadataValue.json(reasons)}
 
 
@@ -83,24 +93,43 @@ def progress_step(total: int) -> int:
     return max(10, total // 20)
 
 
-def write_report(project: Project, stored: dict[str, StoredTable], version: str, gate: pd.DataFrame):
+def stored_tables(project: Project, version: str | None = None) -> dict[str, StoredTable]:
+    """The project's stored tables as the assets read them: by column, as needed. `cases` is
+    the sources and their copies stacked."""
+    found = {"cases": StoredTable.at(project.root, "cases", "derived_cases"), "derived_cases": StoredTable.at(project.root, "derived_cases")}
+    if version is not None:
+        found.update({name: StoredTable.at(project.root, name, partition=version) for name in PER_VERSION_TABLES})
+    return found
+
+
+def previous(table: StoredTable, what: str) -> pd.DataFrame | None:
+    """A stage's own stored output, to reuse: none when there is none or it cannot be read
+    (a warning says so, and the stage computes it again)."""
+    table = table.readable(f"{what} again")
+    return table.whole() if table.exists else None
+
+
+def write_report(project: Project, stored: dict[str, StoredTable], version: str, gate: pd.DataFrame) -> tuple:
     """The version's HTML report, written again only when what it shows changed: (path, written)."""
-    runs, verdicts = stored["recorded_runs"], stored["verdicts"]
-    slices = read_table(project.root, "slices", version)
+    runs, replays, verdicts = stored["recorded_runs"], stored["fault_replays"], stored["verdicts"]
+    slices = previous(stored["slices"], "slices read")
     inputs_digest = report_inputs_digest(
         project.name, version, cases=stored["cases"].columns(*REPORTED_CASE_COLUMNS),
         runs=runs.columns(*REPORTED_RUN_COLUMNS) if runs.exists else None,
+        replays=replays.columns(*REPORTED_REPLAY_COLUMNS) if replays.exists else None,
         verdicts=verdicts.columns(*REPORTED_VERDICT_COLUMNS), gate=gate, slices=slices,
     )
     path = report_path(project.root, version)
     if report_is_current(path, inputs_digest):
         return path, False
     results = results_from_tables(  # only the columns a report shows are read
-        version, cases=stored["cases"].columns("case_id", *PANEL_CASE_FIELDS), derived_cases=None,
-        recorded_runs=runs.columns("case_id", *PANEL_RUN_FIELDS) if runs.exists else None,
+        version, cases=stored["cases"].columns(*PANEL_CASE_FIELDS, *REPORT_VALIDITY_FIELDS), derived_cases=None,
+        recorded_runs=runs.columns(*REPORT_RUN_FIELDS) if runs.exists else None,
         verdicts=verdicts.columns(*PANEL_VERDICT_FIELDS), gate=gate, slices=slices,
     )
-    return write_html_report(project.root, results, project.name, inputs_digest=inputs_digest), True
+    replay_table = replays.whole(tables.FAULT_REPLAYS_SCHEMA) if replays.exists else None
+    report = write_html_report(project.root, results, project.name, replays=replay_rows(replay_table), inputs_digest=inputs_digest)
+    return report, True
 
 
 def sandbox_pool(project: Project) -> str:
@@ -108,8 +137,11 @@ def sandbox_pool(project: Project) -> str:
     return f"{project.name}_sandbox"
 
 
-def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tuple[list, list]:
-    """The project's assets and their asset checks."""
+def build_assets(
+    project: Project, versions: DynamicPartitionsDefinition, *, stop_downstream_on_block: bool = False
+) -> tuple[list, list]:
+    """The project's assets and their asset checks. With `stop_downstream_on_block` the gate
+    check is blocking: a BLOCK fails the run and skips every asset downstream of the gate."""
     prefix = [project.name]
     code_version = code_versions(project)
     common = {"key_prefix": prefix, "group_name": project.name, "io_manager_key": IO_MANAGER_KEY}
@@ -141,7 +173,7 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
     ) -> pd.DataFrame:
         loaded = evaluation_project.load()
         inputs_digest = copies_inputs_digest(loaded, cases)
-        frame = reusable_copies(read_table(loaded.root, "derived_cases"), inputs_digest)
+        frame = reusable_copies(previous(StoredTable.at(loaded.root, "derived_cases"), "copies derived"), inputs_digest)
         labels = {}
         if frame is None:
             derived = derive_cases(loaded, tables.cases_from_table(cases))
@@ -156,19 +188,9 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
                 "validity_by_transform": MetadataValue.json({name: item.model_dump() for name, item in validity.items()}),
                 **labels,
                 "transforms_not_checked": ", ".join(name for name, item in validity.items() if not item.checked) or "none",
-                **run_link(context.run.run_id),
             }
         )
         return frame
-
-    def tables_of(version: str | None = None) -> dict[str, StoredTable]:
-        """This project's stored tables as the per-version assets read them: by column, as needed."""
-        root = project.root
-        return {
-            "cases": StoredTable(table_path(root, "cases"), table_path(root, "derived_cases")),
-            "derived_cases": StoredTable(table_path(root, "derived_cases")),
-            **{name: StoredTable(table_path(root, name, version)) for name in PER_VERSION_TABLES if version is not None},
-        }
 
     @asset(
         **per_version,
@@ -185,7 +207,7 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
         sandbox_cluster: SandboxCluster,
     ) -> pd.DataFrame:
         loaded = evaluation_project.load()
-        cases = tables_of()["cases"]
+        cases = stored_tables(loaded)["cases"]
         progress = ProgressLog(context.log, "recorded", len(cases), every=progress_step(len(cases)))
         with sandbox_cluster.sandboxes(loaded.config.execution) as sandboxes:
             frame, summary = record_case_table(
@@ -199,7 +221,6 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
                 **summary.as_metadata(),
                 **why(summary.reasons()),
                 "status": MetadataValue.json(value_counts(frame, "status")),
-                **run_link(context.run.run_id),
             }
         )
         return frame
@@ -218,7 +239,7 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
         sandbox_cluster: SandboxCluster,
     ) -> pd.DataFrame:
         loaded = evaluation_project.load()
-        stored = tables_of(context.partition_key)
+        stored = stored_tables(loaded, context.partition_key)
         with sandbox_cluster.sandboxes(loaded.config.execution) as sandboxes:
             frame, summary = replay_fault_table(
                 loaded, stored["cases"], stored["recorded_runs"], version=context.partition_key,
@@ -231,7 +252,6 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
                 **summary.as_metadata(),
                 **why(summary.reasons()),
                 "outcome_counts": MetadataValue.json(outcome_counts(frame)),
-                **run_link(context.run.run_id),
             }
         )
         return frame
@@ -244,39 +264,39 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
         "reused while its evaluator, recording and replay hold.",
     )
     def verdicts(context: AssetExecutionContext, evaluation_project: EvaluationProject) -> pd.DataFrame:
-        stored = tables_of(context.partition_key)
+        loaded = evaluation_project.load()
+        stored = stored_tables(loaded, context.partition_key)
         frame, summary = judge_verdict_table(
-            evaluation_project.load(), stored["cases"], stored["recorded_runs"], stored["fault_replays"],
-            stored["verdicts"], version=context.partition_key, judged_by_run=context.run.run_id,
+            loaded, stored["cases"], stored["recorded_runs"], stored["fault_replays"],
+            stored["verdicts"].readable("every verdict judged again"),
+            version=context.partition_key, judged_by_run=context.run.run_id,
         )
-        counts = outcome_counts(frame)
         context.add_output_metadata(
             {
+                "outcomes": outcomes_table(outcome_counts(frame)),
                 "dagster/row_count": len(frame),
                 **summary.as_metadata(),
                 "verdicts_judged_by_criterion": MetadataValue.json(dict(summary.judged_by_criterion)),
                 **why(summary.reasons()),
-                "outcomes": MetadataValue.md(counts_markdown(counts)),
-                "outcome_counts": MetadataValue.json(counts),
-                **run_link(context.run.run_id),
             }
         )
         return frame
 
     @asset(
         **per_version,
-        deps=upstream("cases", "derived_cases", "recorded_runs", "verdicts", "slices"),
+        deps=upstream("cases", "derived_cases", "recorded_runs", "fault_replays", "verdicts", "slices"),
         code_version=code_version["gate"],
-        description="The release gate: a decision per rule with its interval, and ALLOW or BLOCK.",
+        description="The release gate: a decision per rule with its interval, and ALLOW or BLOCK. "
+        "A BLOCK is a successful evaluation: the run stays green and carries the tag oloproof/gate=BLOCK.",
     )
     def gate(context: AssetExecutionContext, evaluation_project: EvaluationProject) -> pd.DataFrame:
         loaded = evaluation_project.load()
         version = context.partition_key
-        stored = tables_of(version)
+        stored = stored_tables(loaded, version)
         gated = stored["verdicts"].columns(*GATED_VERDICT_COLUMNS)
         validity = stored["derived_cases"].columns(*VALIDITY_COLUMNS) if stored["derived_cases"].exists else None
         inputs_digest = gate_inputs_digest(loaded, gated, validity)
-        stored_gate = read_table(loaded.root, "gate", version)
+        stored_gate = previous(stored["gate"], "gate decided")
         frame = reusable_gate(stored_gate, inputs_digest)
         reused, reasons = frame is not None, []
         if frame is None:
@@ -288,21 +308,25 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
             )
         else:
             decision = gate_from_table(frame)
-        # The report is written here, not downstream: a blocking gate check skips anything
-        # after the gate, and a blocked release is when the report is read most.
+        # The report is written here, not downstream: with the blocking variant of the gate
+        # check a BLOCK skips anything after the gate, and a blocked release is when the report
+        # is read most.
         report, written = write_report(loaded, stored, version, frame)
         if written:
             reasons.append("report written: what it shows changed")
+        context.log.info(gate_log_line(version, decision))
+        # The decision is known only now, so it is tagged here, whoever launched the run.
+        context.instance.add_run_tags(context.run.run_id, {GATE_TAG: decision.decision})
+        rules = rows_from_frame(frame, tables.GATE_NESTED)
         context.add_output_metadata(
             {
-                "dagster/row_count": len(frame),
+                "rules": rules_summary(rules),
                 "decision": decision.decision,
+                "report": file_link(report, output_dir(loaded.root)),
+                "dagster/row_count": len(frame),
                 "gate_reused": reused,
                 **why(reasons),
-                "gate": MetadataValue.md(gate_markdown(decision)),
-                "report_path": MetadataValue.path(str(report)),
-                "table_path": MetadataValue.path(str(table_path(loaded.root, "gate", version))),
-                **run_link(context.run.run_id),
+                **rule_numbers(rules),
             }
         )
         return frame
@@ -317,10 +341,10 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
     def slices(context: AssetExecutionContext, evaluation_project: EvaluationProject) -> pd.DataFrame:
         loaded = evaluation_project.load()
         version = context.partition_key
-        stored = tables_of(version)
+        stored = stored_tables(loaded, version)
         sliced = stored["verdicts"].columns(*SLICED_VERDICT_COLUMNS)
         inputs_digest = slices_inputs_digest(loaded, sliced)
-        stored_slices = read_table(loaded.root, "slices", version)
+        stored_slices = previous(stored["slices"], "slices computed")
         frame = reusable_slices(stored_slices, inputs_digest)
         reused, reasons = frame is not None, []
         if frame is None:
@@ -340,28 +364,28 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
                 **why(reasons),
                 "slices": MetadataValue.md(slices_markdown(rows)),
                 "buckets_marked_different": sum(bool(row.differs) for row in rows),
-                **run_link(context.run.run_id),
             }
         )
         return frame
 
     @asset_check(
         asset=gate,
-        blocking=True,
+        blocking=stop_downstream_on_block,
         partitions_def=versions,
-        description="Fails (ERROR) when the gate blocks the release.",
+        description="Fails (ERROR) when the gate blocks the release. Not blocking by default: a blocked "
+        "release is a successful evaluation, so the run stays green; built with "
+        "stop_downstream_on_block=True it fails the run and skips anything downstream of the gate.",
     )
     def gate_allows_release(gate: pd.DataFrame) -> AssetCheckResult:
-        decision = str(gate["gate_decision"].iloc[0]) if len(gate) else ALLOW
-        failing = gate[gate["decision"] != PASS]
+        rules = rows_from_frame(gate, tables.GATE_NESTED)
+        # No rows: no release policy decided anything (an ungated run), which allows nothing.
+        decision = rules[0]["gate_decision"] if rules else BLOCK
         return AssetCheckResult(
             passed=decision == ALLOW,
             severity=AssetCheckSeverity.ERROR,
             metadata={
+                "rules_not_passing": rules_table([rule for rule in rules if rule["decision"] != PASS]),
                 "decision": decision,
-                "rules_not_passing": MetadataValue.json(
-                    {row.rule_id: row.decision for row in failing.itertuples()}
-                ),
             },
         )
 
@@ -385,7 +409,6 @@ def build_assets(project: Project, versions: DynamicPartitionsDefinition) -> tup
                 "base": base,
                 "candidate": candidate,
                 "comparison": MetadataValue.md(comparison.comparison_markdown(comparisons, base, candidate)),
-                **run_link(context.run.run_id),
             }
         )
         return comparison.comparison_table(comparisons, base, candidate)

@@ -1,5 +1,6 @@
 """What runs by itself under `dagster dev`: a sensor that evaluates each new system version,
-and a nightly schedule that re-evaluates the newest one."""
+and a nightly schedule that re-evaluates the newest one. Both stay silent, saying why, in an
+instance that is not the project's (see `instance.py`)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from ..model.config import Project
 from ..model.errors import ProjectError
 from ..project import load_project
 from ..run.system import current_system_version
-
+from .instance import foreign_instance_problem
 
 
 def version_bump_sensor(project: Project, versions: DynamicPartitionsDefinition, job: Any) -> SensorDefinition:
@@ -36,6 +37,9 @@ def version_bump_sensor(project: Project, versions: DynamicPartitionsDefinition,
         description="Adds a partition for a system version not seen before and evaluates it.",
     )
     def new_system_version(context: SensorEvaluationContext):
+        foreign = foreign_instance_problem(project.root, context.instance)
+        if foreign is not None:
+            return SkipReason(foreign)
         try:
             version = current_system_version(load_project(project.root))
         except ProjectError as error:
@@ -64,6 +68,9 @@ def nightly_schedule(project: Project, versions: DynamicPartitionsDefinition, jo
         description="Re-evaluates the newest system version.",
     )
     def nightly(context: ScheduleEvaluationContext):
+        foreign = foreign_instance_problem(project.root, context.instance)
+        if foreign is not None:
+            return SkipReason(foreign)
         keys = versions.get_partition_keys(dynamic_partitions_store=context.instance)
         if not keys:
             return SkipReason("no system version has a partition yet")

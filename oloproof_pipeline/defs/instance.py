@@ -1,29 +1,161 @@
-"""The persistent Dagster instance a project's runs are recorded in.
+"""The persistent Dagster instance a project's runs are recorded in, and the rule that keeps a
+project's history in one instance.
 
-The CLI, `dagster dev` and the schedule must share one history, so both look in the same
-place: `$DAGSTER_HOME` when it is set, else the project's `.oloproof/dagster_home`.
+The rule: **one instance per workspace, and a project's history never leaves the instance it
+started in.**
+- The CLI and `dagster dev` use the same home by default: the `.oloproof/dagster_home` beside the
+  `workspace.yaml` that loads the project (the nearest one above it), or, for a project that no
+  workspace file loads, the project's own `.oloproof/dagster_home`. `$DAGSTER_HOME` overrides it.
+- The first run of a project pins it to its instance (`.oloproof/dagster_instance` names the
+  home). From then on the CLI, the sensor, the schedule and every run of the project's assets
+  refuse another instance, and no project ever records into an instance kept inside another
+  project's folder. So a project's runs are never split across two instances nor written into
+  another project's.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from dagster import DagsterInstance
+from dagster._core.remote_origin import CodeLocationOrigin
+from dagster._core.workspace.load import location_origin_from_python_file, location_origins_from_yaml_paths
 
+from ..model.errors import ProjectError
 from ..store.journal import file_lock
-from ..store.layout import dagster_home
+from ..store.layout import dagster_home, instance_pin_path
 
 DAGSTER_YAML = """\
 # Written by oloproof. Runs started by the CLI, `dagster dev` and the schedule share this home.
 telemetry:
   enabled: false
+nux:
+  enabled: false
 """
+WORKSPACE_FILE = "workspace.yaml"
+DEFINITIONS_FILE = "definitions.py"
+PROJECT_FILE = "oloproof.yaml"
+
+
+# -- where `dagster dev` serves a project ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProjectLocation:
+    """The code location that serves a project in `dagster dev`, and the workspace file that
+    declares it (None: `dagster dev -f definitions.py` run in the project's folder)."""
+
+    name: str
+    origin: CodeLocationOrigin
+    workspace: Path | None
+
+
+def project_location(project_root: Path) -> ProjectLocation | None:
+    """The nearest `workspace.yaml` above the project that loads it, else the project's own
+    `definitions.py`; None for a project with neither."""
+    root = Path(project_root).resolve()
+    for folder in (root, *root.parents):
+        workspace = folder / WORKSPACE_FILE
+        if workspace.is_file():
+            origin = workspace_origin(root, workspace)
+            if origin is not None:
+                return ProjectLocation(origin.location_name, origin, workspace)
+    definitions = root / DEFINITIONS_FILE
+    if definitions.is_file():
+        origin = location_origin_from_python_file(str(definitions), None, str(root))
+        return ProjectLocation(origin.location_name, origin, None)
+    return None
+
+
+def workspace_origin(root: Path, workspace: Path) -> CodeLocationOrigin | None:
+    """The workspace's code location whose Python file (or module folder) is in the project."""
+    try:
+        origins = location_origins_from_yaml_paths([str(workspace)])
+    except Exception as error:  # Dagster raises several kinds for a file it cannot read
+        raise ProjectError(f"{workspace}: not a readable Dagster workspace file: {error}") from error
+    for origin in origins:
+        target = getattr(origin, "loadable_target_origin", None)
+        if target is None:
+            continue
+        if target.python_file and Path(target.python_file).resolve().parent == root:
+            return origin
+        if target.module_name and target.working_directory and Path(target.working_directory).resolve() == root:
+            return origin
+    return None
+
+
+# -- which home ------------------------------------------------------------------------------
+
+
+def workspace_home(project_root: Path) -> Path:
+    """The default home: the workspace's, or the project's own when no workspace loads it."""
+    location = project_location(project_root)
+    folder = location.workspace.parent if location is not None and location.workspace is not None else project_root
+    return dagster_home(Path(folder).resolve())
+
+
+def pinned_home(project_root: Path) -> Path | None:
+    """The home the project's history is in, once a run pinned it (None when the pin names a
+    home that no longer exists: that history is gone, so a new one may start)."""
+    pin = instance_pin_path(project_root)
+    if not pin.is_file():
+        return None
+    home = Path(pin.read_text(encoding="utf-8").strip())
+    return home if home.is_dir() else None
 
 
 def instance_home(project_root: Path) -> Path:
     configured = os.environ.get("DAGSTER_HOME")
-    return Path(configured) if configured else dagster_home(project_root)
+    if configured:
+        return Path(configured)
+    return pinned_home(project_root) or workspace_home(project_root)
+
+
+def owning_project(home: Path) -> Path | None:
+    """The project folder an instance home is kept in, if any."""
+    for folder in home.parents:
+        if (folder / PROJECT_FILE).is_file():
+            return folder
+    return None
+
+
+def foreign_instance_problem(project_root: Path, instance: DagsterInstance) -> str | None:
+    """Why this project must not record into `instance` (one line), or None when it may."""
+    if instance.is_ephemeral:
+        return None  # keeps no history, so it can split none
+    root = Path(project_root).resolve()
+    home = Path(instance.root_directory).resolve()
+    owner = owning_project(home)
+    if owner is not None and owner != root:
+        return (
+            f"{root.name}: the Dagster instance {home} belongs to the project in {owner}, so {root.name} does not "
+            f"record its runs there; start dagster dev with DAGSTER_HOME={pinned_home(root) or workspace_home(root)}"
+        )
+    pinned = pinned_home(root)
+    if pinned is not None and pinned.resolve() != home:
+        return (
+            f"{root.name}: its run history is in {pinned} (named by {instance_pin_path(root)}), not in this instance "
+            f"{home}; use DAGSTER_HOME={pinned}, or delete that file to start a new history here"
+        )
+    return None
+
+
+def claim_instance(project_root: Path, instance: DagsterInstance) -> None:
+    """Refuse an instance that is not the project's; pin the project to it on its first run."""
+    problem = foreign_instance_problem(project_root, instance)
+    if problem is not None:
+        raise ProjectError(problem)
+    if instance.is_ephemeral:
+        return
+    pin = instance_pin_path(project_root)
+    with file_lock(pin.with_name(pin.name + ".lock")):
+        if pinned_home(project_root) is None:
+            pin.write_text(str(Path(instance.root_directory).resolve()) + "\n", encoding="utf-8")
+
+
+# -- the instance ----------------------------------------------------------------------------
 
 
 def ensure_home(home: Path) -> Path:

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from typing import Any
+
 import pandas as pd
-from dagster import ConfigurableIOManagerFactory, InputContext, OutputContext, UPathIOManager
+from dagster import ConfigurableIOManagerFactory, InputContext, MetadataValue, OutputContext, UPathIOManager
 from upath import UPath
 
 from ..store.layout import read_table_file, write_table_file
+from .metadata import file_link
 
 
 class ParquetFiles(UPathIOManager):
@@ -19,6 +22,13 @@ class ParquetFiles(UPathIOManager):
 
     def dump_to_path(self, context: OutputContext, obj: pd.DataFrame, path: UPath) -> None:
         write_table_file(Path(str(path)), obj)
+        self._written = Path(str(path))
+
+    def get_metadata(self, context: OutputContext, obj: Any) -> dict[str, MetadataValue]:
+        """Replaces Dagster's `path` (the full path, one unbreakable word that pushes the asset
+        page's values off screen) with a link named by the path under `.oloproof/`."""
+        written = getattr(self, "_written", None)
+        return {"path": file_link(written, Path(str(self._base_path)).parent)} if written else {}
 
     def load_from_path(self, context: InputContext, path: UPath) -> pd.DataFrame:
         return read_table_file(Path(str(path)))

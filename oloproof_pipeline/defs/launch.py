@@ -1,23 +1,38 @@
 """Running a project's graph headless through Dagster (what the CLI does), recorded in the
-project's persistent instance so `dagster dev` shows the run."""
+project's persistent instance so `dagster dev` shows the run.
+
+The run is created against the project's code location (the one `dagster dev` serves, see
+`instance.project_location`), not as a bare in-process run: a run with no code-location origin
+is missing from its job's Runs page and from the Overview timeline. It still executes here, in
+this process, with the in-process executor.
+"""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dagster import DagsterEventType, DagsterInstance
+from dagster import DagsterEventType, DagsterInstance, JobDefinition
+from dagster._core.execution.api import execute_run
+from dagster._core.definitions.job_base import InMemoryJob
+from dagster._core.definitions.repository_definition.valid_definitions import SINGLETON_REPOSITORY_NAME
+from dagster._core.remote_origin import RemoteJobOrigin, RemoteRepositoryOrigin
+from dagster._core.storage.tags import PARTITION_NAME_TAG
 
 from ..model.cases import load_cases
-from ..model.config import Project
+from ..model.config import Project, check_release_policy
 from ..model.fingerprints import copies_inputs_digest
 from ..model.transforms import derive_cases
-from ..store.layout import read_table
+from ..store.layout import StoredTableError, read_table
 from ..store.tables import case_table, reusable_copies
 from ..project import load_project
 from ..run.system import current_system_version
 from . import EVALUATE_JOB, build_definitions, versions_partitions
-from .instance import instance_lock, project_instance
+from .instance import claim_instance, instance_lock, project_instance, project_location
+
+# Marks the runs the CLI started (user tags show in the runs list).
+LAUNCHED_BY_TAG = "oloproof/launched_by"
 
 
 @dataclass
@@ -27,8 +42,6 @@ class EvaluationRun:
     success: bool
     # Step failures other than the gate's own check failing (which only reports a BLOCK).
     errors: list[str] = field(default_factory=list)
-    # Why anything was recorded, replayed, judged or decided again (each asset's `why`).
-    why: list[str] = field(default_factory=list)
 
 
 def recording_op_name(project_name: str) -> str:
@@ -48,6 +61,7 @@ def run_evaluation(
     project_root: Path | str,
     *,
     fresh: bool = False,
+    ungated: bool = False,
     instance: DagsterInstance | None = None,
     log_level: str = "CRITICAL",
 ) -> EvaluationRun:
@@ -55,11 +69,14 @@ def run_evaluation(
 
     The project and its cases are validated first, so a bad file is reported as the
     one-line error it is, before any run starts (the metamorphic copies and their labels too).
+    Without a release policy the run must be `ungated`, so a missing release.yaml never reads as ALLOW.
     """
     project = load_project(project_root)
+    check_release_policy(project, ungated=ungated)
     validate_cases(project)
     version = current_system_version(project)
     instance = instance or project_instance(project.root)
+    claim_instance(project.root, instance)
     definitions = build_definitions(project.root)
     ensure_version_partition(instance, versions_partitions(project).name, version)
     run_config = {
@@ -68,22 +85,26 @@ def run_evaluation(
         # only what `log_level` lets through.
         "loggers": {"console": {"config": {"log_level": log_level}}},
     }
-    result = definitions.resolve_job_def(EVALUATE_JOB).execute_in_process(
-        partition_key=version, instance=instance, run_config=run_config, raise_on_error=False
+    job = definitions.resolve_job_def(EVALUATE_JOB)
+    run = instance.create_run_for_job(
+        job,
+        run_config=run_config,
+        tags={**job.run_tags, PARTITION_NAME_TAG: version, LAUNCHED_BY_TAG: "oloproof run"},
+        remote_job_origin=located_job_origin(project.root, job),
     )
+    result = execute_run(InMemoryJob(job), run, instance, raise_on_error=False)
     return EvaluationRun(
-        run_id=result.run_id, version=version, success=result.success, errors=step_errors(result), why=why_lines(result)
+        run_id=result.run_id, version=version, success=result.success, errors=step_errors(result)
     )
 
 
-def why_lines(result) -> list[str]:
-    """Every materialization's reasons for work done again, in the order the assets ran."""
-    lines = []
-    for event in result.all_events:
-        if event.event_type == DagsterEventType.ASSET_MATERIALIZATION:
-            reasons = event.event_specific_data.materialization.metadata.get("why")
-            lines.extend(reasons.value if reasons is not None else [])
-    return lines
+def located_job_origin(project_root: Path, job: JobDefinition) -> RemoteJobOrigin | None:
+    """The job as the project's code location serves it in `dagster dev` (None when the
+    project has neither a workspace file that loads it nor a `definitions.py`)."""
+    location = project_location(project_root)
+    if location is None:
+        return None
+    return RemoteRepositoryOrigin(location.origin, SINGLETON_REPOSITORY_NAME).get_job_origin(job.name)
 
 
 def validate_cases(project: Project) -> None:
@@ -91,7 +112,10 @@ def validate_cases(project: Project) -> None:
     here, before the run. Copies stored from these very inputs were derived without error,
     so they are not derived again just to check."""
     cases = load_cases(project)
-    stored = read_table(project.root, "derived_cases")
+    try:
+        stored = read_table(project.root, "derived_cases")
+    except StoredTableError:
+        stored = None  # the run rebuilds it
     if stored is None or reusable_copies(stored, copies_inputs_digest(project, case_table(cases))) is None:
         derive_cases(project, cases)
 
@@ -111,4 +135,5 @@ def innermost_message(error) -> str:
     """Dagster wraps a step's exception; the user's own message is the innermost cause."""
     while error.cause is not None:
         error = error.cause
-    return error.message.strip()
+    # Dagster prefixes the qualified class name; our own errors' messages say it all.
+    return re.sub(rf"^oloproof_pipeline\.[\w.]*\.{re.escape(error.cls_name or '')}: ", "", error.message.strip())

@@ -1,22 +1,104 @@
-"""Materialization metadata: what a person looks for on an asset's page."""
+"""Materialization metadata: what a person looks for on an asset's page.
+
+Tables (`MetadataValue.table`) render inline on the asset page, where Markdown and JSON longer
+than a few lines hide behind a "[Show ...]" link; numbers are charted by the asset's Plots tab
+across versions. A materialization already links the run that made it, and the IO manager
+adds the table's `path`, so neither is repeated here.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from dagster import MetadataValue
+from dagster import MetadataValue, TableColumn, TableRecord, TableSchema
+
+from ..decide.gate import GateDecision
+from ..model.outcomes import ALLOW, BLOCKING_ORDER, OUTCOMES, PASS
+from ..read.reports import GATE_COLUMNS, rule_cells
+
+# The gate's decision on the run that made it, so the runs list tells ALLOW from BLOCK.
+GATE_TAG = "oloproof/gate"
+# Per rule, charted by the gate asset's Plots tab: `<rule>.rate`, `.lower`, `.upper`, and the
+# bar as release.yaml names it (`.min`, `.max`).
+RULE_NUMBERS = ("estimate", "lower", "upper", "bar_min", "bar_max")
+RULE_NUMBER_NAMES = {"estimate": "rate", "lower": "lower", "upper": "upper", "bar_min": "min", "bar_max": "max"}
+COUNT_COLUMNS = ("missing", "excluded")
+INLINE_MARKDOWN = 1000  # Dagster's UI shows shorter Markdown inline, longer behind a link
 
 
-def run_link(run_id: str) -> dict[str, Any]:
-    return {"dagster_run": MetadataValue.dagster_run(run_id)}
+def table(columns: list[tuple[str, str]], rows: list[dict[str, Any]]) -> MetadataValue:
+    schema = TableSchema(columns=[TableColumn(name=name, type=kind) for name, kind in columns])
+    return MetadataValue.table(records=[TableRecord(data=row) for row in rows], schema=schema)
 
 
-def counts_markdown(counts: dict[str, dict[str, int]]) -> str:
-    lines = ["| criterion | PASS | FAIL | MISSING | EXCLUDED |", "|---|---|---|---|---|"]
-    for criterion, tally in counts.items():
-        lines.append(f"| {criterion} | {tally['PASS']} | {tally['FAIL']} | {tally['MISSING']} | {tally['EXCLUDED']} |")
-    return "\n".join(lines)
+def rules_table(rules: list[dict[str, Any]]) -> MetadataValue:
+    """One row per rule, the CLI's columns and wording."""
+    columns = [(name, "int" if name in COUNT_COLUMNS else "string") for name in GATE_COLUMNS]
+    return table(columns, [rule_cells(rule) for rule in rules])
+
+
+def rules_summary(rules: list[dict[str, Any]]) -> MetadataValue:
+    """The rules as a short Markdown list, blocking rules first, in the CLI's words. Dagster
+    shows Markdown under 1000 characters inline, where a table hides behind a sideways scroll
+    in the narrow value column; so each fact gets a short line of its own, and a long list
+    drops detail until it fits."""
+    blocking = [rule for rule in rules if rule["decision"] != PASS]
+    blocking.sort(key=lambda rule: BLOCKING_ORDER.index(rule["decision"]))
+    passing = [rule["rule_id"] for rule in rules if rule["decision"] == PASS]
+    for detail in (2, 1, 0):
+        items = [_summary_item(rule_cells(rule), detail) for rule in blocking]
+        if passing:
+            items.append(f"- **{PASS}** {', '.join(passing)}")
+        text = "\n".join(items) or "No rules: release.yaml gates nothing."
+        if len(text) < INLINE_MARKDOWN:
+            break
+    return MetadataValue.md(text)
+
+
+def _summary_item(cells: dict[str, Any], detail: int) -> str:
+    """`- **FAIL** rule`, then its rate and interval, passed/judged and each reason, one per
+    line (a Markdown hard break is two spaces before the newline). The metric is left out: a
+    long one is a word too wide for the column, and release.yaml names it."""
+    rule = cells["rule / metric"].split(" / ", 1)[0]
+    lines = [f"**{cells['decision']}** {rule}"]
+    if detail >= 1:
+        lines.append(f"rate {cells['rate']}, interval {cells['interval']}")
+    if detail >= 2:
+        lines.append(f"passed/judged {cells['passed/judged']}")
+        lines += [reason for reason in cells["reasons"].split("; ") if reason]
+    return "- " + "  \n  ".join(lines)
+
+
+def file_link(path: Path, folder: Path) -> MetadataValue:
+    """A file as a Markdown link named by its path under `folder`: a full path is one
+    unbreakable word that widens the asset page's value column past the screen, and the
+    link's target keeps the full path."""
+    path, folder = Path(path).resolve(), Path(folder).resolve()
+    shown = path.relative_to(folder) if path.is_relative_to(folder) else path
+    return MetadataValue.md(f"[{shown}]({path.as_uri()})")
+
+
+def rule_numbers(rules: list[dict[str, Any]]) -> dict[str, MetadataValue]:
+    return {
+        f"{rule['rule_id']}.{RULE_NUMBER_NAMES[field]}": MetadataValue.float(round(float(rule[field]), 4))
+        for rule in rules
+        for field in RULE_NUMBERS
+        if rule.get(field) is not None
+    }
+
+
+def outcomes_table(counts: dict[str, dict[str, int]]) -> MetadataValue:
+    """criterion -> counts of each outcome."""
+    columns = [("criterion", "string"), *((outcome, "int") for outcome in OUTCOMES)]
+    return table(columns, [{"criterion": criterion, **tally} for criterion, tally in counts.items()])
+
+
+def gate_log_line(version: str, decision: GateDecision) -> str:
+    if decision.decision == ALLOW:
+        return f"gate {version}: {ALLOW}: {len(decision.rules)} rules pass"
+    return f"gate {version}: {decision.decision} (exit code {decision.exit_code}): {' | '.join(decision.reasons)}"
 
 
 def value_counts(frame: pd.DataFrame, column: str) -> dict[str, int]:

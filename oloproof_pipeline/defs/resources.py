@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from dagster import Config, ConfigurableResource, InitResourceContext
 from pydantic import PrivateAttr
 
 from ..model.config import ExecutionConfig, Project
 from ..project import load_project
 from ..run.sandboxes import Sandboxes
+from .instance import claim_instance
 
 
 class EvaluationProject(ConfigurableResource):
@@ -19,6 +22,8 @@ class EvaluationProject(ConfigurableResource):
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
         self._project = None  # a new run reads the files again
+        if context.instance is not None:
+            claim_instance(Path(self.root), context.instance)  # never record into another's history
 
     def load(self) -> Project:
         if self._project is None:

@@ -14,7 +14,8 @@ from ..model.outcomes import EXCLUDED, METAMORPHIC_COPY, MISSING, Outcome, Verdi
 
 
 class EvaluatorConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # `.inf` or `.nan` (a tolerance, a bar) would make a comparison pass or fail regardless.
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     type: str
     criterion: str | None = None

@@ -26,20 +26,20 @@ from ..model.faults import FaultReplay
 from ..model.fingerprints import evaluator_digest, row_key
 from ..model.outcomes import Verdict
 from ..model.records import RecordedRun
+from ..store.stored import StoredTable
 from ..store.tables import (
     CASE_NESTED,
-    rows_of,
     CASES_SCHEMA,
     FAULT_REPLAY_NESTED,
     RUN_NESTED,
     VERDICT_NESTED,
     VERDICTS_SCHEMA,
     RowBatches,
-    StoredTable,
     frame_from_rows,
     null_to_none,
     replays_from_table,
     rows_in_order,
+    rows_of,
 )
 from .base import Evaluator, JudgingContext
 from .python_grader import PythonGrader

@@ -91,12 +91,13 @@ class PythonGrader(Evaluator):
 
     def locate(self, project_root: Path, where: str) -> None:
         """Called by the registry: the project the module is found in, and how errors name the entry.
-        The module file must exist now; it is imported when the first case is judged."""
+        The function is imported now, so a grader that cannot be is found before any case is recorded."""
         self._project_root, self._where = project_root, where
         module_name = self.config.function.partition(":")[0]
         module_file = project_root.joinpath(*module_name.split(".")).with_suffix(".py")
         if not module_file.is_file():
             raise ProjectError(f"{where}: no module file {module_file}")
+        self.function()
 
     def function(self) -> Callable[..., Any]:
         if self._function is None:

@@ -219,6 +219,9 @@ class StateMatches(Evaluator):
         if unstated:
             # The case says nothing about these paths: judging only the rest would pass it on less.
             return self.verdict(case, EXCLUDED, "path_not_expected", {"paths": unstated})
+        if all(read_path(expected_state, path) == {} for path in paths):
+            # An expected `{}` states nothing: it would pass whatever the system did, even deleting everything.
+            return self.verdict(case, EXCLUDED, "nothing_to_compare", {"paths": paths})
         row_tables = tuple(tuple(split_path(table)) for table in self.config.match_rows_by)
         comparison = StateComparison(self.config.mode, self.config.tolerance, row_tables)
         rows = [

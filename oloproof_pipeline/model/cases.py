@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import glob
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
-from .config import PROJECT_FILE, Project, StrictModel
+from .config import PROJECT_FILE, Project, StrictModel, read_text_file
 from .digests import case_digest
 from .errors import ProjectError, describe_validation_error
 
@@ -101,13 +102,20 @@ def dataset_files(project: Project) -> list[Path]:
     return files
 
 
-def _json_object_line(path: Path, line_number: int, text: str) -> dict[str, Any]:
+# Deeper values overflow the recursion of copying, validating and hashing a case; no
+# real case nests anywhere near this.
+MAX_JSON_DEPTH = 100
+
+
+def parse_json(text: str) -> Any:
+    """JSON as the project files allow it: finite numbers only (`NaN`, `Infinity` and `1e999`
+    have no canonical form to digest), at most MAX_JSON_DEPTH levels deep. ValueError says why."""
     try:
-        value = json.loads(text, parse_constant=_refuse_constant)
-    except ValueError as error:
-        raise ProjectError(f"{path}:{line_number}: invalid JSON: {error}") from None
-    if not isinstance(value, dict):
-        raise ProjectError(f"{path}:{line_number}: expected a JSON object, got {type(value).__name__}")
+        value = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+    except RecursionError:
+        raise ValueError(f"nested more than {MAX_JSON_DEPTH} levels deep") from None
+    if _depth(value) > MAX_JSON_DEPTH:
+        raise ValueError(f"nested more than {MAX_JSON_DEPTH} levels deep")
     return value
 
 
@@ -115,13 +123,41 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+def _finite_float(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError(f"the number {text} is too large to represent")
+    return number
+
+
+def _depth(value: Any) -> int:
+    """How many arrays and objects deep `value` nests (0 for a plain value), without recursion."""
+    deepest, pending = 0, [(value, 0)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, (dict, list)):
+            deepest = max(deepest, depth + 1)
+            pending.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
+def _json_object_line(path: Path, line_number: int, text: str) -> dict[str, Any]:
+    try:
+        value = parse_json(text)
+    except ValueError as error:
+        raise ProjectError(f"{path}:{line_number}: invalid JSON: {error}") from None
+    if not isinstance(value, dict):
+        raise ProjectError(f"{path}:{line_number}: expected a JSON object, got {type(value).__name__}")
+    return value
+
+
 def read_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
     """(line number, object) for each non-blank line; a bad line fails the whole file."""
     rows = []
-    with path.open(encoding="utf-8") as handle:
-        for line_number, text in enumerate(handle, start=1):
-            if text.strip():
-                rows.append((line_number, _json_object_line(path, line_number, text)))
+    # Split on newlines only, as a file is read by lines (a JSON string may hold U+2028).
+    for line_number, text in enumerate(read_text_file(path).split("\n"), start=1):
+        if text.strip():
+            rows.append((line_number, _json_object_line(path, line_number, text)))
     return rows
 
 
@@ -130,7 +166,7 @@ def load_snapshot(project: Project, name: str) -> dict[str, Any]:
     if not re.match(r"^[A-Za-z0-9._-]+$", name) or not path.is_file():
         raise ProjectError(f"snapshot {name!r}: no file {path}")
     try:
-        state = json.loads(path.read_text(encoding="utf-8"), parse_constant=_refuse_constant)
+        state = parse_json(read_text_file(path))
     except ValueError as error:
         raise ProjectError(f"{path}: invalid JSON: {error}") from None
     if not isinstance(state, dict):

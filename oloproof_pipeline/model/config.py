@@ -19,13 +19,17 @@ from .slicing import parse_slice_spec
 
 PROJECT_FILE = "oloproof.yaml"
 RELEASE_FILE = "release.yaml"
+# What to tell a user who has no release policy on purpose, and the gate's reason then.
+UNGATED_RUN = "`oloproof run --ungated` records and judges without a gate"
+NO_RELEASE_POLICY = f"no release policy ({RELEASE_FILE}): nothing is gated"
 # Partition keys become file names and UI selections: commas and `|` break Dagster's UI.
 VERSION_PATTERN = re.compile(r"^[A-Za-z0-9._-]+$")
 EvaluatorT = TypeVar("EvaluatorT")
 
 
 class StrictModel(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # `.inf` and `.nan` are valid YAML floats; no setting of ours means anything with them.
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 def require_unique(names: list[str], what: str) -> None:
@@ -99,8 +103,12 @@ class MetamorphicConfig(StrictModel):
         return transforms
 
 
+# A week: longer waits are a typo, and the thread and Dask timeouts overflow long before `.inf`.
+MAX_TIMEOUT_S = 7 * 24 * 3600
+
+
 class ExecutionConfig(StrictModel):
-    timeout_s: float = Field(default=120.0, gt=0)
+    timeout_s: float = Field(default=120.0, gt=0, le=MAX_TIMEOUT_S)
     # Sandboxes run in parallel on Dask when workers > 1; one case at a time within each.
     workers: int = Field(default=1, ge=1)
     scheduler_address: str | None = None
@@ -150,6 +158,9 @@ class RuleConfig(StrictModel):
     def _has_a_bar(self) -> "RuleConfig":
         if self.min is None and self.max is None:
             raise ValueError(f"rule {self.id!r} needs 'min' or 'max'")
+        if self.min is not None and self.max is not None and self.min >= self.max:
+            # An interval can clear both bars only when it lies strictly between them.
+            raise ValueError(f"rule {self.id!r}: min {self.min:g} is not below max {self.max:g}, so it can never pass")
         return self
 
 
@@ -158,11 +169,20 @@ class ReleasePolicy(StrictModel):
     confidence_level: float = Field(default=0.95, gt=0.5, lt=1.0)
     allow_approximate_methods: bool = False
     min_clusters: int = Field(default=20, ge=2)
-    rules: list[RuleConfig] = Field(default_factory=list)
+    # Validated when absent too: a policy that names no rule is refused, not an empty gate.
+    rules: list[RuleConfig] = Field(default_factory=list, validate_default=True)
+
+    @classmethod
+    def ungated(cls) -> "ReleasePolicy":
+        """What a project without release.yaml has: the defaults, and nothing gated."""
+        return cls.model_construct()
 
     @field_validator("rules")
     @classmethod
-    def _rule_ids_unique(cls, rules: list[RuleConfig]) -> list[RuleConfig]:
+    def _rules_gate_something(cls, rules: list[RuleConfig]) -> list[RuleConfig]:
+        if not rules:
+            # A gate over no rules would ALLOW anything.
+            raise ValueError(f"a release policy needs at least one rule (without {RELEASE_FILE}, {UNGATED_RUN})")
         require_unique([rule.id for rule in rules], "rule id")
         return rules
 
@@ -174,6 +194,7 @@ class ReleasePolicy(StrictModel):
 class Project:
     root: Path
     config: ProjectConfig
+    # With no release.yaml, an empty policy: nothing is gated, which only an ungated run accepts.
     release: ReleasePolicy
     # Evaluator instances, built by the registry (`oloproof_pipeline.project.load_project`).
     evaluators: list[Any] = field(default_factory=list)
@@ -181,6 +202,15 @@ class Project:
     @property
     def name(self) -> str:
         return self.config.project
+
+    @property
+    def release_path(self) -> Path:
+        return self.root / RELEASE_FILE
+
+    @property
+    def is_gated(self) -> bool:
+        """Whether a release policy decides this project's gate (release.yaml exists)."""
+        return bool(self.release.rules)
 
     def criteria(self) -> list[str]:
         return [evaluator.criterion for evaluator in self.evaluators]
@@ -190,18 +220,71 @@ class Project:
         return [(index, evaluator) for index, evaluator in enumerate(self.evaluators) if isinstance(evaluator, kind)]
 
 
+class UniqueKeyLoader(yaml.SafeLoader):
+    """`yaml.safe_load`'s loader, except that a key written twice in one mapping is an error:
+    PyYAML keeps the last one, which silently drops half a policy. Merge keys (`<<`) may still
+    be overridden, as YAML intends."""
+
+    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict[Any, Any]:
+        if isinstance(node, yaml.MappingNode):
+            first_lines: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = first_lines.get(key)
+                except TypeError:  # an unhashable key: the base constructor says so
+                    continue
+                if first is not None:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"key {key!r} repeats the one on line {first}", key_node.start_mark
+                    )
+                first_lines[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
+
+
+def check_release_policy(project: Project, *, ungated: bool) -> None:
+    """A run decides a gate only under a release policy; without one it must be asked for
+    explicitly (`--ungated`), so a missing or misnamed release.yaml never reads as ALLOW."""
+    if not ungated and not project.is_gated:
+        raise ProjectError(f"{project.release_path}: file not found, so nothing would be gated; write it ({UNGATED_RUN})")
+    if ungated and project.is_gated:
+        raise ProjectError(
+            f"{project.release_path}: --ungated asks for no gate, but this release policy has "
+            f"{len(project.release.rules)} rules; drop --ungated to decide them"
+        )
+
+
+def read_text_file(path: Path) -> str:
+    """A project file's text; bytes that are not UTF-8 are a one-line error naming the line."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data[: error.start].count(b"\n") + 1
+        raise ProjectError(
+            f"{path}:{line}: not UTF-8 text (byte 0x{data[error.start]:02x}); save the file as UTF-8"
+        ) from None
+
+
 def read_yaml(path: Path) -> tuple[Any, yaml.Node | None]:
     """The file's data and its node tree (for line numbers in errors)."""
     if not path.is_file():
         raise ProjectError(f"{path}: file not found")
-    text = path.read_text(encoding="utf-8")
+    loader = UniqueKeyLoader(read_text_file(path))
     try:
-        return yaml.safe_load(text), yaml.compose(text)
+        root_node = loader.get_single_node()
+        return (None if root_node is None else loader.construct_document(root_node)), root_node
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""
         problem = getattr(error, "problem", None) or str(error)
         raise ProjectError(f"{path}{line}: invalid YAML: {problem}") from None
+    except RecursionError:
+        raise ProjectError(f"{path}: invalid YAML: nested too deeply") from None
+    finally:
+        loader.dispose()
 
 
 def validate_yaml_file(model: type[BaseModel], path: Path) -> BaseModel:
@@ -212,5 +295,3 @@ def validate_yaml_file(model: type[BaseModel], path: Path) -> BaseModel:
         return model.model_validate(data)
     except ValidationError as error:
         raise ProjectError(describe_validation_error(error, path, yaml_root=root_node)) from None
-
-

@@ -21,7 +21,7 @@ def load_callable(project_root: Path, reference: str, *, where: str | None = Non
     (default `system.callable`).
     """
     module_name, _, attribute_path = reference.partition(":")
-    module_file = project_root.joinpath(*module_name.split(".")).with_suffix(".py")
+    module_file = module_file_of(project_root, reference)
     where = where or f"{project_root / PROJECT_FILE}: system.callable"
     if not module_file.is_file():
         raise ProjectError(f"{where}: no module file {module_file}")
@@ -33,11 +33,19 @@ def load_callable(project_root: Path, reference: str, *, where: str | None = Non
         sys.path.insert(0, str(project_root))  # let the system import its sibling modules
     try:
         spec.loader.exec_module(module)
-    except Exception as error:
+    except (Exception, SystemExit) as error:  # a module that exits on import must not end the caller
         raise ProjectError(f"{where}: importing {module_file} failed: {type(error).__name__}: {error}") from None
     value: Any = module
     for part in attribute_path.split("."):
         if not hasattr(value, part):
             raise ProjectError(f"{where}: {module_file} has no attribute {attribute_path!r}")
         value = getattr(value, part)
+    if not callable(value):
+        # Found now, not when the first case is run or judged.
+        raise ProjectError(f"{where}: {reference} is {type(value).__name__} {value!r:.60}, not a class or a function")
     return value
+
+
+def module_file_of(project_root: Path, reference: str) -> Path:
+    """The file of `module:attr`'s module, relative to the project folder."""
+    return project_root.joinpath(*reference.partition(":")[0].split(".")).with_suffix(".py")

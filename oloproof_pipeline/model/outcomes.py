@@ -91,3 +91,14 @@ def exit_code_for(rule_decisions: Iterable[str]) -> int:
     if INSUFFICIENT_EVIDENCE in decisions:
         return EXIT_BLOCK_INSUFFICIENT
     return EXIT_ALLOW
+
+
+# What each exit code tells the person who ran the command (the table above, in words).
+EXIT_MEANINGS = {
+    EXIT_ALLOW: f"every rule {PASS}ed",
+    EXIT_BLOCK_FAIL: f"a rule {FAIL}ed",
+    EXIT_USAGE: "a usage or configuration error",
+    EXIT_BLOCK_INSUFFICIENT: f"no rule {FAIL}ed; some lack the evidence to decide ({INSUFFICIENT_EVIDENCE})",
+    EXIT_BLOCK_MANUAL_REVIEW: f"no rule {FAIL}ed; some await {MANUAL_REVIEW}",
+    EXIT_INCOMPLETE: "incomplete: the pipeline failed before the gate could decide",
+}

@@ -9,7 +9,8 @@ from pydantic import BaseModel, ConfigDict
 from .trajectory import Trajectory
 
 # `ok` is the only status whose recording is judged; every other status makes each verdict MISSING.
-RunStatus = Literal["ok", "error", "timeout", "reset_not_clean", "not_json", "not_replayable"]
+# `system_crashed`: the system's process ended mid-case (an exit, a signal); `error` says how.
+RunStatus = Literal["ok", "error", "timeout", "reset_not_clean", "not_json", "not_replayable", "system_crashed"]
 
 
 class EnvironmentState(BaseModel):

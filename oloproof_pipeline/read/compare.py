@@ -1,5 +1,10 @@
-"""Two versions side by side: the same cases paired per criterion, with a paired interval on
-the difference in pass rates and the cases that broke."""
+"""Two versions side by side: the same cases paired per criterion, with Tango's score interval
+for the change in pass rate (decide/paired.py) and the cases that got fixed and that broke.
+
+A case not judged PASS or FAIL in both versions (MISSING on either side, EXCLUDED on one only,
+or in one version's cases only) is an unpaired case: it is left out of the point estimate and
+widens the interval the worst-case way (broken for the lower bound, fixed for the upper), as
+missing cases widen a rate."""
 
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ from pydantic import BaseModel
 from ..model.outcomes import EXCLUDED, FAIL, PASS
 from ..model.errors import ProjectError
 from .results import VersionResults
-from ..decide.statistics import paired_difference_interval
+from ..decide.paired import PAIRED_METHOD, paired_difference_interval
 from ..store.layout import stored_partitions
 
 
@@ -25,9 +30,10 @@ class CriterionComparison(BaseModel):
     unpaired: int  # MISSING on either side, EXCLUDED on one, or present in one version only
     base_rate: float | None
     candidate_rate: float | None
-    difference: float | None
-    lower: float | None
+    difference: float | None  # candidate minus base pass rate over the paired cases
+    lower: float | None  # the interval, over paired and unpaired cases (unpaired worst-case)
     upper: float | None
+    method: str = PAIRED_METHOD
     broken_cases: list[str]
     fixed_cases: list[str]
 
@@ -44,8 +50,8 @@ def compare_criterion(criterion: str, base: dict[str, str], candidate: dict[str,
     unpaired = 0
     for case_id in sorted(set(base) | set(candidate)):
         pair = (base.get(case_id), candidate.get(case_id))
-        if pair == (EXCLUDED, EXCLUDED):
-            continue  # the criterion does not apply to this case in either version
+        if all(outcome in (EXCLUDED, None) for outcome in pair):
+            continue  # the criterion does not apply to this case in any version that ran it
         kind = {(PASS, PASS): "both_pass", (FAIL, PASS): "fixed", (PASS, FAIL): "broken", (FAIL, FAIL): "both_fail"}.get(pair)
         if kind is None:
             unpaired += 1
@@ -57,7 +63,10 @@ def compare_criterion(criterion: str, base: dict[str, str], candidate: dict[str,
     lower = upper = difference = None
     if paired:
         difference = (candidate_passes - base_passes) / paired
-        lower, upper = paired_difference_interval(len(counts["fixed"]), len(counts["broken"]), paired, confidence)
+    if paired or unpaired:
+        lower, upper = paired_difference_interval(
+            **{kind: len(cases) for kind, cases in counts.items()}, missing=unpaired, confidence=confidence
+        )
     return CriterionComparison(
         criterion=criterion,
         paired=paired,
@@ -112,13 +121,20 @@ def comparison_markdown(comparisons: list[CriterionComparison], base: str, candi
     lines = [
         f"{base} -> {candidate}",
         "",
-        "| criterion | paired | both pass | fixed | broken | both fail | rate change | interval | broke |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| criterion | paired | both pass | fixed | broken | both fail | unpaired | rate change | interval | fixed cases | broken cases |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for item in comparisons:
-        interval = "-" if item.lower is None else f"[{item.lower:+.3f}, {item.upper:+.3f}]"
         lines.append(
             f"| {item.criterion} | {item.paired} | {item.both_pass} | {item.fixed} | {item.broken} | "
-            f"{item.both_fail} | {_signed(item.difference)} | {interval} | {', '.join(item.broken_cases)} |"
+            f"{item.both_fail} | {item.unpaired} | {_signed(item.difference)} | {interval_text(item)} | "
+            f"{', '.join(item.fixed_cases) or '-'} | {', '.join(item.broken_cases) or '-'} |"
         )
+    method = comparisons[0].method if comparisons else PAIRED_METHOD
+    lines += ["", f"Intervals: {method} (Tango 1998) at the policy's confidence level; unpaired cases widen them worst-case."]
     return "\n".join(lines)
+
+
+def interval_text(item: CriterionComparison) -> str:
+    """`[-0.138, +0.138]`; three decimals, so a non-zero width never prints as a point."""
+    return "-" if item.lower is None else f"[{item.lower:+.3f}, {item.upper:+.3f}]"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, TextIO
 
 from ..model.outcomes import EXCLUDED, FAIL, PASS
 from .results import VersionResults
@@ -40,9 +40,14 @@ def result_lines(results: VersionResults) -> Iterator[dict[str, Any]]:
 
 def write_jsonl(results: VersionResults, path: Path) -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
-    count = 0
     with path.open("w", encoding="utf-8") as handle:
-        for line in result_lines(results):
-            handle.write(json.dumps(line, ensure_ascii=False, sort_keys=True) + "\n")
-            count += 1
+        return write_jsonl_to(results, handle)
+
+
+def write_jsonl_to(results: VersionResults, handle: TextIO) -> int:
+    """The lines into an open text stream (a file, or stdout for `export -o -`); their count."""
+    count = 0
+    for line in result_lines(results):
+        handle.write(json.dumps(line, ensure_ascii=False, sort_keys=True) + "\n")
+        count += 1
     return count

@@ -15,6 +15,7 @@ from ..store.layout import read_table, stored_partitions
 from ..store.tables import (
     CASE_NESTED,
     CASES_SCHEMA,
+    FAULT_REPLAY_NESTED,
     GATE_NESTED,
     RUN_NESTED,
     VERDICT_NESTED,
@@ -88,6 +89,19 @@ class VersionResults:
         positions = self._verdicts_at.get(case_id, ())
         return [self._row(self.verdict_table, int(position), VERDICT_NESTED, names) for position in positions]
 
+    def verdicts_with(self, outcomes: Iterable[str], names: Iterable[str] | None = None) -> list[dict[str, Any]]:
+        """The verdicts with one of these outcomes (only those rows are decoded), in table order."""
+        matches = self.verdict_table["outcome"].isin(list(outcomes)).to_numpy(dtype=bool)
+        return [self._row(self.verdict_table, int(position), VERDICT_NESTED, names) for position in matches.nonzero()[0]]
+
+    def run_column(self, name: str) -> list[Any]:
+        """One column of the recordings, nulls as None (no row decoded)."""
+        return [] if self.run_table is None else self._columns(self.run_table, [name])[0][1]
+
+    def verdict_column(self, name: str) -> list[Any]:
+        """One column of the verdicts, nulls as None (no row decoded)."""
+        return self._columns(self.verdict_table, [name])[0][1]
+
     @property
     def cases(self) -> list[dict[str, Any]]:
         return [self._row(self.case_table, position, CASE_NESTED) for position in range(len(self.case_table))]
@@ -120,8 +134,8 @@ def _rows(frame: pd.DataFrame | None, nested: tuple[str, ...]) -> list[dict[str,
 
 
 def all_cases(cases: pd.DataFrame | None, derived_cases: pd.DataFrame | None) -> pd.DataFrame:
-    """The sources, then the copies, in the `cases` table's columns."""
-    frames = [frame.reindex(columns=CASES_SCHEMA.names) for frame in (cases, derived_cases) if frame is not None and not frame.empty]
+    """The sources, then the copies (with the copies' own columns: pair digests, labels)."""
+    frames = [frame for frame in (cases, derived_cases) if frame is not None and not frame.empty]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=CASES_SCHEMA.names)
 
 
@@ -202,3 +216,13 @@ def outcome_counts(verdicts: pd.DataFrame) -> dict[str, dict[str, int]]:
         criterion: {outcome: int(tally.get(outcome, 0)) for outcome in OUTCOMES}
         for criterion, tally in counts.items()
     }
+
+
+def replay_rows(fault_replays: pd.DataFrame | None) -> list[dict[str, Any]]:
+    """The `fault_replays` table as plain rows (trajectories parsed)."""
+    return _rows(fault_replays, FAULT_REPLAY_NESTED)
+
+
+def load_replays(project_root: Path, version: str) -> list[dict[str, Any]]:
+    """A version's stored fault replays (none when it has no fault plan)."""
+    return replay_rows(read_table(project_root, "fault_replays", version))

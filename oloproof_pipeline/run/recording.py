@@ -21,14 +21,13 @@ from ..model.errors import SystemVersionMismatch
 from ..model.fingerprints import CodeFingerprint, row_key, system_code_fingerprint
 from ..model.records import RecordedRun
 from ..store.journal import Journal, sandbox_lock
-from ..store.layout import table_path
+from ..store.stored import StoredTable
 from ..store.tables import (
     CASE_NESTED,
     CASES_SCHEMA,
     RECORDED_RUNS_SCHEMA,
     RUN_NESTED,
     RowBatches,
-    StoredTable,
     case_table,
     null_to_none,
     rows_in_order,
@@ -36,7 +35,7 @@ from ..store.tables import (
     with_values,
     runs_from_table,
 )
-from .reuse import WorkCounts, journal_state, known_work, settle_journal, stored_keys, unstored_journal_rows
+from .reuse import KnownWork, WorkCounts, journal_state, known_work
 from .sandboxes import Sandboxes, record_each
 from .system import current_system_version, system_spec
 
@@ -101,13 +100,15 @@ class RecordingPlan:
     to_record: list[int]
 
 
-def known_recordings(project: Project, version: str, journal: Journal, stored: pd.DataFrame | None, digests: set[str]) -> pd.DataFrame:
-    """The stored recordings, then the journal's lines the table does not hold yet (a run cut
-    short). A journal wholly in the table is emptied, so the next rerun does not read it."""
-    keys = stored_keys(stored, KEY_COLUMNS)
-    journaled = unstored_journal_rows(journal, keys, KEY_COLUMNS)
-    settle_journal(project.root, journal, journaled, keys, KEY_COLUMNS, wanted=lambda row: row.get("case_digest") in digests)
-    return known_work(stored, journaled, RECORDED_RUNS_SCHEMA, RUN_NESTED)
+def known_recordings(project: Project, version: str, journal: Journal, *, fresh: bool) -> KnownWork:
+    """The stored recordings, then the journal's lines the table does not hold (a run cut
+    short). A table that cannot be read is set aside with a warning: its journal holds every
+    row it was written from. `fresh` needs nothing stored, so a broken table never stands in
+    its way."""
+    table = StoredTable() if fresh else StoredTable.at(project.root, TABLE, partition=version).readable(
+        f"using the journal {journal.path} instead"
+    )
+    return known_work(table, journal, RecordedRun, RECORDED_RUNS_SCHEMA, RUN_NESTED, KEY_COLUMNS)
 
 
 def plan_recordings(cases: pd.DataFrame, known: pd.DataFrame, version: str, code: CodeFingerprint, fresh: bool) -> RecordingPlan:
@@ -180,22 +181,17 @@ def record_case_table(
     if fresh:
         journal.clear()
     keys = cases.columns("case_id", "case_digest")
-    stored_table = StoredTable(table_path(project.root, TABLE, version))
-    stored = stored_table.whole(RECORDED_RUNS_SCHEMA) if stored_table.exists else None
-    digests = set(keys["case_digest"])
-    seen = journal_state(journal)  # before reading it: any line added from now on is noticed
-    known = known_recordings(project, version, journal, stored, digests)
-    plan = plan_recordings(keys, known, version, code, fresh)
+    known = known_recordings(project, version, journal, fresh=fresh)
+    plan = plan_recordings(keys, known.frame, version, code, fresh)
     summary = RecordingSummary()
     new_rows = RowBatches(RECORDED_RUNS_SCHEMA, RUN_NESTED)
     if plan.to_record:
         check_partition_is_current_version(project, version)
         with sandbox_lock(project.root):
-            if not fresh and journal_state(journal) != seen:
+            if not fresh and journal_state(journal) != known.journal_state:
                 # A run that held the sandbox before us recorded some already.
-                journaled = unstored_journal_rows(journal, stored_keys(stored, KEY_COLUMNS), KEY_COLUMNS)
-                known = known_work(stored, journaled, RECORDED_RUNS_SCHEMA, RUN_NESTED)
-                plan = plan_recordings(keys, known, version, code, fresh)
+                known = known_recordings(project, version, journal, fresh=fresh)
+                plan = plan_recordings(keys, known.frame, version, code, fresh)
             why_recorded(keys, plan, code, fresh, summary)
             to_record = case_records(cases, plan.to_record)
             recordings = record_each(
@@ -214,7 +210,8 @@ def record_case_table(
     frame = recorded_table(keys, plan, new_rows.frame())
     summary.new = new_rows.count
     summary.reused = len(keys) - new_rows.count
-    summary.dropped = len(set(stored["case_id"]) - set(keys["case_id"])) if stored is not None else 0
+    stored = known.stored
+    summary.dropped = len(set(null_to_none(stored["case_id"])) - set(null_to_none(keys["case_id"]))) if stored is not None else 0
     return frame, summary
 
 

@@ -28,7 +28,7 @@ from ..model.outcomes import MISSING
 from ..model.records import RecordedRun
 from ..model.trajectory import Checkpoint
 from ..store.journal import Journal, sandbox_lock
-from ..store.layout import table_path
+from ..store.stored import StoredTable
 from ..store.tables import (
     CASE_NESTED,
     CASES_SCHEMA,
@@ -37,7 +37,6 @@ from ..store.tables import (
     RECORDED_RUNS_SCHEMA,
     RUN_NESTED,
     RowBatches,
-    StoredTable,
     case_table,
     null_to_none,
     recorded_runs_table,
@@ -47,10 +46,10 @@ from ..store.tables import (
 )
 from .. import __version__
 from .recording import check_partition_is_current_version
-from .reuse import WorkCounts, journal_state, known_work, settle_journal, stored_keys, unstored_journal_rows
-from .runner import SandboxRunner, can_replay
+from .reuse import KnownWork, WorkCounts, journal_state, known_work
 from .sandboxes import Sandboxes, in_sandboxes
-from .system import system_spec
+from .supervisor import SupervisedSandbox
+from .system import system_facts, system_spec
 
 TABLE = "fault_replays"
 # A replay is one case digest, under one plan, of one recording: the cache key.
@@ -109,6 +108,8 @@ class ReplayWork:
     decided: dict[int, FaultReplay] = field(default_factory=dict)
     pending: list[PendingReplay] = field(default_factory=list)
     summary: ReplaySummary = field(default_factory=ReplaySummary)
+    # The journal as it was when read for this plan (a change since: another run replayed).
+    journal_state: tuple[int, int] | None = None
 
 
 def journal_for(project: Project, version: str) -> Journal:
@@ -154,16 +155,12 @@ def replay_candidates(cases: StoredTable, runs: StoredTable, plans: list[tuple[i
     return pd.concat(frames, ignore_index=True).sort_values(["case_position", "plan_position"], kind="stable").reset_index(drop=True)
 
 
-def known_replays(project: Project, version: str, digests: set[str]) -> pd.DataFrame:
+def known_replays(project: Project, version: str) -> KnownWork:
     """The stored replays, then the journal's lines the table does not hold (a run cut short).
-    A journal wholly in the table is emptied, so the next rerun does not read it."""
+    A table that cannot be read is set aside with a warning: its journal holds every row."""
     journal = journal_for(project, version)
-    stored_table = StoredTable(table_path(project.root, TABLE, version))
-    stored = stored_table.whole(FAULT_REPLAYS_SCHEMA) if stored_table.exists else None
-    keys = stored_keys(stored, ROW_COLUMNS)
-    journaled = unstored_journal_rows(journal, keys, ROW_COLUMNS)
-    settle_journal(project.root, journal, journaled, keys, ROW_COLUMNS, wanted=lambda row: row.get("case_digest") in digests)
-    return known_work(stored, journaled, FAULT_REPLAYS_SCHEMA, FAULT_REPLAY_NESTED)
+    table = StoredTable.at(project.root, TABLE, partition=version).readable(f"using the journal {journal.path} instead")
+    return known_work(table, journal, FaultReplay, FAULT_REPLAYS_SCHEMA, FAULT_REPLAY_NESTED, ROW_COLUMNS)
 
 
 def reusable_rows(candidates: pd.DataFrame, known: pd.DataFrame, version: str) -> pd.Series:
@@ -185,8 +182,9 @@ def plan_replays(project: Project, cases: StoredTable, runs: StoredTable, versio
     candidates = replay_candidates(cases, runs, plans)
     if candidates.empty:
         return ReplayWork(candidates=candidates)
-    known = known_replays(project, version, set(null_to_none(candidates["case_digest"])))
-    work = ReplayWork(candidates=candidates, known=known, reuse=reusable_rows(candidates, known, version))
+    found = known_replays(project, version)
+    known = found.frame
+    work = ReplayWork(candidates=candidates, known=known, reuse=reusable_rows(candidates, known, version), journal_state=found.journal_state)
     stale_judging = work.reuse.notna() & (
         known["judging_digest"].reindex(work.reuse.fillna(-1).astype(int)).to_numpy() != candidates["judging_digest"].to_numpy()
     )
@@ -267,9 +265,9 @@ def replay_record(row: pd.Series) -> FaultReplay:
 # -- replaying ----------------------------------------------------------------------------------
 
 
-def refuse_unreplayable(project: Project, system: Any, pending: list[PendingReplay]) -> None:
+def refuse_unreplayable(project: Project, replayable: bool, pending: list[PendingReplay]) -> None:
     """Before any replay: a system that cannot be replayed is a configuration error."""
-    if can_replay(system):
+    if replayable:
         return
     callable_name = project.config.system.callable
     indexes = sorted({(item.plan_index, item.plan.criterion) for item in pending})
@@ -283,7 +281,7 @@ def refuse_unreplayable(project: Project, system: Any, pending: list[PendingRepl
     )
 
 
-def replay_one(runner: SandboxRunner, item: PendingReplay, version: str, run_id: str) -> FaultReplay:
+def replay_one(runner: SupervisedSandbox, item: PendingReplay, version: str, run_id: str) -> FaultReplay:
     """The control replay, then the faulted one, stored whole and judged."""
     trajectory = item.recording.trajectory
     control = runner.replay(item.case, trajectory, item.checkpoint, None)
@@ -315,7 +313,7 @@ def run_replays(
     sandboxes when `sandboxes` is distributed); the whole table, in order."""
     if work.pending:
         spec = system_spec(project)
-        refuse_unreplayable(project, spec.build(), work.pending)
+        refuse_unreplayable(project, system_facts(project).replayable, work.pending)
         journal = journal_for(project, version)
         replays = in_sandboxes(
             spec, work.pending, partial(replay_one, version=version, run_id=run_id),
@@ -377,13 +375,12 @@ def replay_fault_table(
     """Each clean source recording under each fault plan. Stored replays of the same version,
     recording and plan are reused; the system is needed, and must be this partition's
     version, only when something is left to replay."""
-    seen = journal_state(journal_for(project, version))  # before reading it: any line added from now on is noticed
     work = plan_replays(project, cases, runs, version)
     if not work.pending:
         return run_replays(project, work, version=version, run_id=run_id), work.summary
     check_partition_is_current_version(project, version, action=f"replay {len(work.pending)} case(s) of")
     with sandbox_lock(project.root):
-        if journal_state(journal_for(project, version)) != seen:
+        if journal_state(journal_for(project, version)) != work.journal_state:
             work = plan_replays(project, cases, runs, version)  # again: a run before us replayed some
         frame = run_replays(project, work, version=version, run_id=run_id, sandboxes=sandboxes)
     return frame, work.summary

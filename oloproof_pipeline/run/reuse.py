@@ -6,19 +6,30 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 import pandas as pd
 import pyarrow as pa
+from pydantic import BaseModel
 
-from ..store.journal import Journal, sandbox_lock
+from ..store.journal import Journal
+from ..store.stored import StoredTable
 from ..store.tables import frame_from_rows, null_to_none
 
 Row = dict[str, Any]
 
 
-# -- the journal beside a stored table ---------------------------------------------------------
+# -- the stored table and its journal ------------------------------------------------------------
+
+
+@dataclass
+class KnownWork:
+    """Finished work of a version: the stored table's rows, then the journal's lines the table
+    does not hold (later lines win where keys repeat)."""
+
+    frame: pd.DataFrame
+    stored: pd.DataFrame | None
+    journal_state: tuple[int, int] | None
 
 
 def stored_keys(frame: pd.DataFrame | None, columns: list[str]) -> set[tuple]:
@@ -27,27 +38,9 @@ def stored_keys(frame: pd.DataFrame | None, columns: list[str]) -> set[tuple]:
     return set(zip(*(null_to_none(frame[column]) for column in columns)))
 
 
-def row_key_of(row: Row, columns: list[str]) -> tuple:
-    return tuple(row.get(column) for column in columns)
-
-
-def unstored_journal_rows(journal: Journal, stored: set[tuple], key_columns: list[str]) -> list[Row]:
-    """The journal's lines that the stored table does not hold yet: work of a run that was cut
-    short (or is still going), which this one reuses instead of redoing."""
-    return [row for row in journal.rows() if row_key_of(row, key_columns) not in stored]
-
-
-def known_work(stored: pd.DataFrame | None, journaled: list[Row], schema: pa.Schema, nested: Iterable[str]) -> pd.DataFrame:
-    """The stored table, then the journal's own lines (later lines win where keys repeat)."""
-    if not journaled:
-        return frame_from_rows([], schema, nested) if stored is None else stored
-    frames = [frame for frame in (stored, frame_from_rows(journaled, schema, nested)) if frame is not None]
-    return pd.concat([frame.reindex(columns=schema.names) for frame in frames], ignore_index=True)
-
-
 def journal_state(journal: Journal) -> tuple[int, int] | None:
     """The journal file's size and modification time: if unchanged after waiting for the
-    sandbox, no other run appended to it (or emptied it) meanwhile."""
+    sandbox, no other run appended to it meanwhile."""
     try:
         status = journal.path.stat()
     except FileNotFoundError:
@@ -55,18 +48,37 @@ def journal_state(journal: Journal) -> tuple[int, int] | None:
     return status.st_size, status.st_mtime_ns
 
 
-def settle_journal(
-    project_root: Path, journal: Journal, journaled: list[Row], stored: set[tuple], key_columns: list[str], wanted: Callable[[Row], bool]
-) -> None:
-    """Empty the journal once the stored table holds every line still wanted (`journaled`: the
-    lines it does not hold), so a rerun never reads it again. Journals are appended under the
-    sandbox lock, so they are emptied under it too, after reading them once more: a line a
-    running recording adds is never lost."""
-    if not journal.path.exists() or any(wanted(row) for row in journaled):
-        return
-    with sandbox_lock(project_root):
-        if not any(row_key_of(row, key_columns) not in stored and wanted(row) for row in journal.rows()):
-            journal.clear()
+def journal_is_newer(journal: Journal, table: StoredTable) -> bool:
+    """Whether the journal may hold lines its table does not: it was written after the table
+    (a run cut short, or one still going), or there is no readable table. A table is written
+    after all the lines of the run that made it, so otherwise the journal is not read at all."""
+    state = journal_state(journal)
+    if state is None:
+        return False
+    written = table.modified_ns
+    return written is None or state[1] >= written
+
+
+def known_work(
+    table: StoredTable, journal: Journal, model: type[BaseModel], schema: pa.Schema, nested: Iterable[str], key_columns: list[str]
+) -> KnownWork:
+    """The stored table (nulls for cache keys it predates), then the journal's lines it lacks.
+    A journal line that is no `model` is skipped with a warning naming it."""
+    state = journal_state(journal)  # before reading it: any line added from now on is noticed
+    stored = table.whole(schema) if table.exists else None
+    journaled = []
+    if journal_is_newer(journal, table):
+        keys = stored_keys(stored, key_columns)
+        journaled = [row for row in journal.lines_of(model) if tuple(row.get(column) for column in key_columns) not in keys]
+    return KnownWork(frame=combined(stored, journaled, schema, nested), stored=stored, journal_state=state)
+
+
+def combined(stored: pd.DataFrame | None, journaled: list[Row], schema: pa.Schema, nested: Iterable[str]) -> pd.DataFrame:
+    """The stored rows as they are (no copy when there is nothing else), then the journal's."""
+    if not journaled:
+        return frame_from_rows([], schema, nested) if stored is None else stored
+    frames = [frame for frame in (stored, frame_from_rows(journaled, schema, nested)) if frame is not None]
+    return pd.concat([frame.reindex(columns=schema.names) for frame in frames], ignore_index=True)
 
 
 # -- counts and reasons ------------------------------------------------------------------------

@@ -1,19 +1,26 @@
 """The sandbox runner: reset the world to a case's starting state, run the system once,
 record what it returned, what it did and the world it left behind. It also replays a
-recorded case from a checkpoint under a change (the same reset, lock and timeout).
+recorded case from a checkpoint under a change (the same reset, lock and deadline).
 
-A system that raises, hangs or returns something that is not JSON costs that case only.
+It runs inside the system's own worker process (run/supervisor.py starts it, run/worker.py
+drives it), so whatever the system does to its process cannot reach the evaluation. A system
+that raises or returns something that is not JSON costs that case only; one that overruns
+`timeout_s` is interrupted by a single deadline per case (a SIGALRM timer on the main
+thread: no thread per call), and the supervisor stops a process that ignores it. A system
+that calls sys.exit() ends its worker process, which the supervisor records as a crash.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import signal
 import threading
 import time
 import traceback
-from dataclasses import dataclass
-from typing import Any, Callable
+from contextlib import contextmanager
+from functools import cached_property
+from typing import Any, Callable, Iterator
 
 from pydantic import ValidationError
 
@@ -26,36 +33,43 @@ from .toolbox import ReplayScript, StepLimitReached
 from ..model.trajectory import Checkpoint, Trajectory
 
 
-class CaseTimedOut(Exception):
-    pass
+class CaseTimedOut(BaseException):
+    """The case's deadline passed. A BaseException, so an agent's `except Exception` around
+    its own work does not swallow it."""
 
 
-@dataclass
-class CallResult:
-    value: Any = None
-    error: BaseException | None = None
-    error_text: str | None = None
+@contextmanager
+def case_deadline(timeout_s: float) -> Iterator[None]:
+    """Interrupt the work inside with CaseTimedOut after `timeout_s`: one timer per case.
+
+    Signals reach only the main thread; elsewhere nothing interrupts the work here, and the
+    supervisor's deadline (which stops the whole process) is the only one."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_deadline(signum: int, frame: Any) -> None:
+        raise CaseTimedOut(f"no answer within {timeout_s:g} s")
+
+    previous = signal.signal(signal.SIGALRM, on_deadline)
+    signal.setitimer(signal.ITIMER_REAL, timeout_s)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
-def call_with_timeout(function: Callable[[], Any], timeout_s: float) -> CallResult:
-    """Run `function` in a daemon thread. A thread cannot be killed, so a hung call is left
-    behind and the caller must stop using whatever object it holds."""
-    result = CallResult()
-
-    def target() -> None:
-        try:
-            result.value = function()
-        except BaseException as error:  # noqa: BLE001 - any failure of the system is data
-            result.error = error
-            result.error_text = _describe_exception(error)
-
-    thread = threading.Thread(target=target, name="oloproof-case", daemon=True)
-    thread.start()
-    thread.join(timeout_s)
-    if thread.is_alive():
-        result.error = CaseTimedOut(f"no answer within {timeout_s:g} s")
-        result.error_text = str(result.error)
-    return result
+def attempt(function: Callable[[], Any]) -> tuple[Any, BaseException | None]:
+    """Call into the system: (value, None), or (None, the failure), since any failure of the
+    system is data. Two are not: CaseTimedOut ends the case, and SystemExit ends the worker
+    process, as the system asked (the supervisor records it as a crash)."""
+    try:
+        return function(), None
+    except (CaseTimedOut, SystemExit):
+        raise
+    except BaseException as error:  # noqa: BLE001
+        return None, error
 
 
 def _describe_exception(error: BaseException) -> str:
@@ -77,27 +91,39 @@ def state_difference(expected: Any, actual: Any) -> list[str]:
 
 
 class SandboxRunner:
-    """Records cases against one system instance, one case at a time.
+    """Records cases against one system instance, one case at a time, each under one
+    deadline of `timeout_s`.
 
-    `system_factory` builds a fresh instance; a new one replaces an instance left behind
-    by a hung case.
+    `system_factory` builds a fresh instance; a new one replaces an instance a timed-out
+    case was interrupted in (built when next needed).
     """
 
     def __init__(self, system_factory: Callable[[], Any], *, system_version: str, timeout_s: float):
         self._system_factory = system_factory
-        self._system = system_factory()
+        self._system: Any = None
         self._lock = threading.Lock()  # cases sharing one system run one at a time
         self.system_version = system_version
         self.timeout_s = timeout_s
+        self.system  # built now: a system that cannot be built fails here, not in a case
 
     @property
     def system(self) -> Any:
+        if self._system is None:
+            self._system = self._system_factory()
+            # Asked once per instance: a runtime-checkable Protocol's isinstance is slow.
+            self._stateful = isinstance(self._system, Stateful)
+            self._own_replay = has_own_replay(self._system)
         return self._system
 
     def record(self, case: CaseRecord) -> RecordedRun:
         with self._lock:
+            system = self.system
             started = time.perf_counter()
-            run = self._record_unlocked(case)
+            try:
+                with case_deadline(self.timeout_s):
+                    run = self._record_unlocked(system, case)
+            except CaseTimedOut as timeout:
+                run = self._new_run(case, "timeout", error=str(timeout), trajectory=self._abandon(system))
             run.duration_s = round(time.perf_counter() - started, 6)
             return run
 
@@ -107,16 +133,32 @@ class SandboxRunner:
         """Re-run a recorded case from `checkpoint` under `change` (None: a control replay),
         after resetting the sandbox to the case's starting state, under the recording lock."""
         with self._lock:
+            system = self.system
             started = time.perf_counter()
-            if has_own_replay(self._system):
-                result = self._replay_by_system(case, trajectory, checkpoint, change)
-            elif system_toolbox(self._system) is not None:
-                script = ReplayScript.from_recording(trajectory, checkpoint, change)
-                result = ReplayResult.from_run(self._record_unlocked(case, replay=script))
-            else:
-                result = ReplayResult(status="not_replayable", error=NOT_REPLAYABLE)
+            try:
+                with case_deadline(self.timeout_s):
+                    result = self._replay_unlocked(system, case, trajectory, checkpoint, change)
+            except CaseTimedOut as timeout:
+                result = ReplayResult(status="timeout", error=str(timeout), trajectory=self._abandon(system))
             result.duration_s = round(time.perf_counter() - started, 6)
             return result
+
+    def _replay_unlocked(
+        self, system: Any, case: CaseRecord, trajectory: Trajectory, checkpoint: Checkpoint, change: ToolChange | None
+    ) -> ReplayResult:
+        if self._own_replay:
+            return self._replay_by_system(system, case, trajectory, checkpoint, change)
+        if system_toolbox(system) is not None:
+            script = ReplayScript.from_recording(trajectory, checkpoint, change)
+            return ReplayResult.from_run(self._record_unlocked(system, case, replay=script))
+        return ReplayResult(status="not_replayable", error=NOT_REPLAYABLE)
+
+    def _abandon(self, system: Any) -> Trajectory | None:
+        """After a timeout: what the tool box recorded before the interruption (the system's
+        own code is not called again), and a fresh instance for the next case."""
+        self._system = None
+        toolbox = system_toolbox(system)
+        return toolbox.trajectory() if toolbox is not None else None
 
     # -- one case ------------------------------------------------------------------------
 
@@ -125,10 +167,9 @@ class SandboxRunner:
             case_id=case.case_id, case_digest=case.case_digest, system_version=self.system_version, status=status, **fields
         )
 
-    def _record_unlocked(self, case: CaseRecord, replay: ReplayScript | None = None) -> RecordedRun:
-        system = self._system
-        stateful = isinstance(system, Stateful)
-        starting_state = starting_state_of(case)
+    def _record_unlocked(self, system: Any, case: CaseRecord, replay: ReplayScript | None = None) -> RecordedRun:
+        stateful = self._stateful
+        starting_state = StartingState(case)
         toolbox = system_toolbox(system)
         events_problem = scripted_events_problem(system, case)
         if events_problem is not None:
@@ -141,24 +182,21 @@ class SandboxRunner:
             apply_event = getattr(system, "apply_event", None)
             toolbox.begin(role=_role_of(case.input), replay=replay, events=case.events, apply_event=apply_event)
 
-        call = call_with_timeout(lambda: system(copy.deepcopy(case.input)), self.timeout_s)
-        if isinstance(call.error, CaseTimedOut):
-            self._system = self._system_factory()  # the hung thread still holds the old one
-            return self._new_run(case, "timeout", error=call.error_text, trajectory=_trajectory_of(system))
+        value, error = attempt(lambda: system(copy.deepcopy(case.input)))
         trajectory = _trajectory_of(system)
         if toolbox is not None and toolbox.event_failure is not None:
             # Checked before the agent's own error: the agent may have swallowed EventFailed.
             return self._new_run(case, "error", error=toolbox.event_failure, trajectory=trajectory)
-        if isinstance(call.error, StepLimitReached):
+        if isinstance(error, StepLimitReached):
             trajectory = trajectory or Trajectory()
             trajectory.terminal_status = "truncated"
-        elif call.error is not None:
-            return self._new_run(case, "error", error=call.error_text, trajectory=trajectory)
+        elif error is not None:
+            return self._new_run(case, "error", error=_describe_exception(error), trajectory=trajectory)
 
         try:
-            output = as_json(call.value)
-        except (TypeError, ValueError) as error:
-            return self._new_run(case, "not_json", error=f"the output is not JSON: {error}", trajectory=trajectory)
+            output = as_json(value)
+        except (TypeError, ValueError) as problem:
+            return self._new_run(case, "not_json", error=f"the output is not JSON: {problem}", trajectory=trajectory)
         environment_state = None
         if stateful:
             environment_state, status, problem = self._state_after(system, starting_state)
@@ -168,42 +206,36 @@ class SandboxRunner:
             case, "ok", output=output, trajectory=trajectory, environment_state=environment_state
         )
 
-    def _state_after(self, system: Any, starting_state: Any) -> tuple[EnvironmentState | None, str, str | None]:
+    def _state_after(self, system: Any, starting_state: StartingState) -> tuple[EnvironmentState | None, str, str | None]:
         """The environment_state/v1 record after a run, or the status and problem that kept it."""
-        snapshot = call_with_timeout(system.snapshot, self.timeout_s)
-        if snapshot.error is not None:
-            return None, "error", f"snapshot() failed: {snapshot.error_text}"
+        snapshot, error = attempt(system.snapshot)
+        if error is not None:
+            return None, "error", f"snapshot() failed: {_describe_exception(error)}"
         try:
-            state_after = as_json(snapshot.value)
-        except (TypeError, ValueError) as error:
-            return None, "not_json", f"the state after is not JSON: {error}"
-        return EnvironmentState(initial=state_digest(starting_state), state=state_after), "ok", None
+            state_after = as_json(snapshot)
+        except (TypeError, ValueError) as problem:
+            return None, "not_json", f"the state after is not JSON: {problem}"
+        return EnvironmentState(initial=starting_state.digest, state=state_after), "ok", None
 
     def _replay_by_system(
-        self, case: CaseRecord, trajectory: Trajectory, checkpoint: Checkpoint, change: ToolChange | None
+        self, system: Any, case: CaseRecord, trajectory: Trajectory, checkpoint: Checkpoint, change: ToolChange | None
     ) -> ReplayResult:
         """A hand-written `replay`: it returns the continuation after the checkpoint, which is
         joined to the recorded steps before it into the whole trajectory that is stored."""
-        system = self._system
-        stateful = isinstance(system, Stateful)
-        starting_state = starting_state_of(case)
+        stateful = self._stateful
+        starting_state = StartingState(case)
         if stateful:
             problem = self._reset(system, starting_state, case.snapshot)
             if problem is not None:
                 return ReplayResult(status="reset_not_clean", error=problem)
         arguments = (trajectory.model_copy(deep=True), checkpoint.model_copy(), change and change.model_copy(deep=True))
-        call = call_with_timeout(
-            lambda: system.replay(arguments[0], checkpoint=arguments[1], change=arguments[2]), self.timeout_s
-        )
-        if isinstance(call.error, CaseTimedOut):
-            self._system = self._system_factory()  # the hung thread still holds the old one
-            return ReplayResult(status="timeout", error=call.error_text)
-        if call.error is not None:
-            return ReplayResult(status="error", error=call.error_text)
+        value, error = attempt(lambda: system.replay(arguments[0], checkpoint=arguments[1], change=arguments[2]))
+        if error is not None:
+            return ReplayResult(status="error", error=_describe_exception(error))
         try:
-            continuation = as_trajectory(call.value)
-        except (TypeError, ValueError) as error:
-            return ReplayResult(status="error", error=f"replay() did not return a trajectory: {error}")
+            continuation = as_trajectory(value)
+        except (TypeError, ValueError) as problem:
+            return ReplayResult(status="error", error=f"replay() did not return a trajectory: {problem}")
         whole = join_continuation(trajectory, checkpoint, continuation)
         environment_state = None
         if stateful:
@@ -212,23 +244,26 @@ class SandboxRunner:
                 return ReplayResult(status=status, error=problem, trajectory=whole)
         return ReplayResult(status="ok", trajectory=whole, environment_state=environment_state)
 
-    def _reset(self, system: Any, starting_state: Any, snapshot_name: str | None = None) -> str | None:
+    def _reset(self, system: Any, starting_state: StartingState, snapshot_name: str | None = None) -> str | None:
         """Reset, then check the world really is the starting state: the state after reset
         must hash (digests.state_digest) to the starting state's hash, so leftover state
         never leaks into a case. A problem as text, naming the tables that differ."""
-        reset = call_with_timeout(lambda: system.reset(copy.deepcopy(starting_state)), self.timeout_s)
-        if reset.error is not None:
-            return f"reset() failed: {reset.error_text}"
-        snapshot = call_with_timeout(system.snapshot, self.timeout_s)
-        if snapshot.error is not None:
-            return f"snapshot() after reset failed: {snapshot.error_text}"
+        _, error = attempt(lambda: system.reset(copy.deepcopy(starting_state.state)))
+        if error is not None:
+            return f"reset() failed: {_describe_exception(error)}"
+        snapshot, error = attempt(system.snapshot)
+        if error is not None:
+            return f"snapshot() after reset failed: {_describe_exception(error)}"
         try:
-            observed = as_json(snapshot.value)
-        except (TypeError, ValueError) as error:
-            return f"snapshot() after reset is not JSON: {error}"
-        expected_hash, observed_hash = state_digest(as_json(starting_state)), state_digest(observed)
+            observed_hash = state_digest(snapshot)  # the digest's JSON is the check: no round trip
+        except (TypeError, ValueError):
+            try:  # a dict with keys of mixed types, say: plain JSON after a round trip, or not JSON at all
+                observed_hash = state_digest(as_json(snapshot))
+            except (TypeError, ValueError) as error:
+                return f"snapshot() after reset is not JSON: {error}"
+        expected_hash = starting_state.digest
         if observed_hash != expected_hash:
-            tables = ", ".join(state_difference(starting_state, observed))
+            tables = ", ".join(state_difference(starting_state.state, as_json(snapshot)))
             what = f"snapshot {snapshot_name!r}" if snapshot_name else "the starting state"
             return (
                 f"the state after reset hashes to {observed_hash}, not to {what}'s {expected_hash}; "
@@ -263,8 +298,16 @@ def can_replay(system: Any) -> bool:
     return has_own_replay(system) or system_toolbox(system) is not None
 
 
-def starting_state_of(case: CaseRecord) -> Any:
-    return copy.deepcopy(case.initial_state) if case.initial_state is not None else {}
+class StartingState:
+    """A case's starting state (the system only ever gets a deep copy of it), with its
+    digest worked out once."""
+
+    def __init__(self, case: CaseRecord):
+        self.state = case.initial_state if case.initial_state is not None else {}
+
+    @cached_property
+    def digest(self) -> str:
+        return state_digest(self.state)  # read from a case file: plain JSON already
 
 
 def as_trajectory(value: Any) -> Trajectory:

@@ -1,38 +1,53 @@
-"""Cases of one partition across several sandboxes on Dask distributed.
+"""Cases of one partition across sandboxes: one here, or several on Dask distributed.
 
-Each Dask worker process holds one system instance (one sandbox) and runs one case at a time
+A sandbox is one system instance in a supervised worker process of its own
+(run/supervisor.py), so the system never runs in the evaluating process, nor in a Dask
+worker's: a crash inside it costs the case it crashed on, and the Dask worker lives on.
+Each Dask worker process holds one sandbox and runs one case at a time
 (`threads_per_worker=1`); the driver journals each recording or replay as it comes back.
-Without Dask the cases run in order on one sandbox in this process.
+Without Dask the cases run in order on one sandbox.
 """
 
 from __future__ import annotations
 
+import time
 from contextlib import ExitStack
+from itertools import islice
 from typing import Any, Callable, Iterator
 
 from ..model.cases import CaseRecord
 from ..model.config import ExecutionConfig
+from ..model.errors import ProjectError
 from ..model.records import RecordedRun
-from .runner import SandboxRunner
+from .supervisor import SupervisedSandbox, start_fork_server
 from .system import SystemSpec
 
-# One runner (one sandbox) per worker process, kept between tasks: building a system for
-# every case would throw away whatever warm state a real agent keeps.
-Task = Callable[[SandboxRunner, Any], Any]
+Task = Callable[[SupervisedSandbox, Any], Any]
 
-_WORKER_RUNNERS: dict[tuple[SystemSpec, str, float], SandboxRunner] = {}
+# One sandbox per Dask worker process, kept between the tasks of one fan-out: building a
+# system for every case would throw away whatever warm state a real agent keeps. Closed when
+# the fan-out is done, so the next one runs the system's code as it is then.
+_WORKER_SANDBOXES: dict[tuple[SystemSpec, str, float], SupervisedSandbox] = {}
 
 
-def _worker_runner(spec: SystemSpec, version: str, timeout_s: float) -> SandboxRunner:
+def _worker_sandbox(spec: SystemSpec, version: str, timeout_s: float) -> SupervisedSandbox:
     key = (spec, version, timeout_s)
-    if key not in _WORKER_RUNNERS:
-        _WORKER_RUNNERS[key] = SandboxRunner(spec.build, system_version=version, timeout_s=timeout_s)
-    return _WORKER_RUNNERS[key]
+    if key not in _WORKER_SANDBOXES:
+        _WORKER_SANDBOXES[key] = SupervisedSandbox(spec, system_version=version, timeout_s=timeout_s)
+    return _WORKER_SANDBOXES[key]
+
+
+def close_worker_sandboxes() -> None:
+    """Runs on each Dask worker at the end of a fan-out (in its event loop, so it never
+    waits for a sandbox still busy with a case)."""
+    for key, sandbox in list(_WORKER_SANDBOXES.items()):
+        if sandbox.close(wait=False):
+            del _WORKER_SANDBOXES[key]
 
 
 def run_on_worker(spec: SystemSpec, version: str, timeout_s: float, task: Task, item: Any) -> Any:
     """Runs inside a Dask worker, on that worker's own sandbox."""
-    return task(_worker_runner(spec, version, timeout_s), item)
+    return task(_worker_sandbox(spec, version, timeout_s), item)
 
 
 def in_sandboxes(
@@ -44,33 +59,83 @@ def in_sandboxes(
     timeout_s: float,
     sandboxes: "Sandboxes | None" = None,
 ) -> Iterator[tuple[Any, Any]]:
-    """(item, task(runner, item)) for each item as soon as it finishes: in order on one
-    sandbox here, or spread over the Dask workers' sandboxes. A worker that died yields its
-    exception as the result, so it costs that item only."""
+    """(item, task(sandbox, item)) for each item as soon as it finishes: in order on one
+    sandbox, or spread over the Dask workers' sandboxes. A Dask worker that died yields its
+    exception as the result, so it costs that item only; a system that cannot be built
+    (a ProjectError) stops the whole run, as it would every item."""
     client = sandboxes.client() if sandboxes is not None else None
     if client is None:
-        runner = SandboxRunner(spec.build, system_version=version, timeout_s=timeout_s)
-        for item in items:
-            yield item, task(runner, item)
+        with SupervisedSandbox(spec, system_version=version, timeout_s=timeout_s) as sandbox:
+            for item in items:
+                yield item, task(sandbox, item)
         return
+    yield from _on_dask(client, spec, items, task, version=version, timeout_s=timeout_s)
+
+
+def _on_dask(client: Any, spec: SystemSpec, items: list[Any], task: Task, *, version: str, timeout_s: float) -> Iterator[tuple[Any, Any]]:
+    """No more items in flight than the cluster has threads: a Dask worker then holds only
+    the case it is running, so if it dies no case waiting behind it is blamed."""
     from dask.distributed import as_completed
 
-    futures = {client.submit(run_on_worker, spec, version, timeout_s, task, item, pure=False): item for item in items}
-    for future in as_completed(futures):
-        try:
-            yield futures[future], future.result()
-        except Exception as error:
-            yield futures[future], error
+    waiting = iter(items)
+    futures: dict[Any, Any] = {}
+    finished = as_completed()
+    threads = ClusterThreads(client)
+
+    def submit(count: int) -> None:
+        for item in islice(waiting, count):
+            future = client.submit(run_on_worker, spec, version, timeout_s, task, item, pure=False)
+            futures[future] = item
+            finished.add(future)
+
+    try:
+        submit(threads.count())
+        for future in finished:
+            item = futures.pop(future)
+            try:
+                result = future.result()
+            except ProjectError:
+                raise
+            except Exception as error:
+                result = error
+            submit(max(1, threads.count() - len(futures)))
+            yield item, result
+    finally:
+        if futures:
+            client.cancel(list(futures))
+        client.run(close_worker_sandboxes, on_error="ignore")
 
 
-def record_case(runner: SandboxRunner, case: CaseRecord) -> RecordedRun:
-    return runner.record(case)
+class ClusterThreads:
+    """The threads across the cluster's workers (workers join and leave), asked of the
+    scheduler at most once a second."""
+
+    def __init__(self, client: Any, refresh_s: float = 1.0):
+        self._client = client
+        self._refresh_s = refresh_s
+        self._asked_at = -refresh_s
+        self._count = 1
+
+    def count(self) -> int:
+        if time.monotonic() - self._asked_at >= self._refresh_s:
+            self._count = max(1, sum(self._client.nthreads().values()))
+            self._asked_at = time.monotonic()
+        return self._count
+
+
+def record_case(sandbox: SupervisedSandbox, case: CaseRecord) -> RecordedRun:
+    return sandbox.record(case)
 
 
 def record_each(
     spec: SystemSpec, cases: list[CaseRecord], *, version: str, timeout_s: float, sandboxes: "Sandboxes | None" = None
 ) -> Iterator[RecordedRun]:
-    """Each case's recording, yielded as soon as it finishes."""
+    """Each case's recording, yielded as soon as it finishes (in order on one sandbox, where
+    the next case waits on the worker's channel while one runs)."""
+    if sandboxes is None or sandboxes.client() is None:
+        with SupervisedSandbox(spec, system_version=version, timeout_s=timeout_s) as sandbox:
+            yield from sandbox.record_each(cases)
+        return
     recordings = in_sandboxes(spec, cases, record_case, version=version, timeout_s=timeout_s, sandboxes=sandboxes)
     for case, result in recordings:
         if isinstance(result, Exception):
@@ -82,7 +147,7 @@ def record_each(
 
 
 class Sandboxes:
-    """Where cases run: on one sandbox in this process, or on a Dask cluster (the scheduler at
+    """Where cases run: on one sandbox, or on a Dask cluster (the scheduler at
     `scheduler_address`, else a local cluster of `workers` processes) started on first use,
     so a rerun with nothing to record starts no cluster. Use as a context manager."""
 
@@ -96,7 +161,7 @@ class Sandboxes:
         return self.execution.scheduler_address is not None or self.execution.workers > 1
 
     def client(self) -> Any:
-        """The Dask client, or None to run here."""
+        """The Dask client, or None to run on one sandbox."""
         if self.distributed and self._client is None:
             from dask.distributed import Client, LocalCluster
 
@@ -107,6 +172,8 @@ class Sandboxes:
                     LocalCluster(n_workers=self.execution.workers, threads_per_worker=1, processes=True, dashboard_address=None)
                 )
                 self._client = self._stack.enter_context(Client(cluster))
+            # Each Dask worker's fork server imports while the driver still gets ready.
+            self._client.run(start_fork_server)
         return self._client
 
     def __enter__(self) -> "Sandboxes":

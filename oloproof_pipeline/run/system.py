@@ -1,14 +1,18 @@
-"""Finding and building the system under test that `oloproof.yaml` names."""
+"""Finding the system under test that `oloproof.yaml` names, and the version it is.
+
+Its module is never imported in the evaluating process: what the system says about itself
+(its `version`, whether it can be replayed) is read in a worker process of its own
+(run/supervisor.py), so an import that exits, crashes or hangs is one configuration error.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from ..model.config import PROJECT_FILE, VERSION_PATTERN, Project
 from ..model.errors import ProjectError
-from ..model.modules import load_callable
+from .spec import SystemSpec
+from .supervisor import SystemFacts, probe_system
 from .toolbox import ToolBox
 
 
@@ -28,30 +32,6 @@ class Replayable(Protocol):
     def replay(self, trajectory: Any, *, checkpoint: Any, change: Any) -> Any: ...
 
 
-@dataclass(frozen=True)
-class SystemSpec:
-    """Enough to build the system anywhere (a Dask worker included): plain, picklable data."""
-
-    project_root: str
-    callable: str
-    name: str
-
-    def build(self) -> Any:
-        return build_system(self.load_attribute())
-
-    def load_attribute(self) -> Any:
-        return load_callable(Path(self.project_root), self.callable)
-
-
-def build_system(attribute: Any) -> Any:
-    """A class is instantiated with no arguments; anything else callable is the system itself."""
-    if isinstance(attribute, type):
-        return attribute()
-    if callable(attribute):
-        return attribute
-    raise ProjectError(f"system.callable names {attribute!r}, which is neither a class nor callable")
-
-
 def system_spec(project: Project) -> SystemSpec:
     return SystemSpec(str(project.root), project.config.system.callable, project.config.system.name)
 
@@ -61,15 +41,20 @@ def reported_version(attribute: Any) -> str | None:
     return None if version is None else str(version)
 
 
-def resolve_system_version(project: Project, attribute: Any | None = None) -> str:
+def system_facts(project: Project) -> SystemFacts:
+    """What the system's code says about itself now, read in a throwaway worker process."""
+    return probe_system(system_spec(project), timeout_s=project.config.execution.timeout_s)
+
+
+def resolve_system_version(project: Project, facts: SystemFacts | None = None) -> str:
     """The version partitions are keyed by: `system.version` in oloproof.yaml, else what the
     system reports (a `version` attribute). Both given and different is an error: a run
-    must never be filed under a version it was not."""
+    must never be filed under a version it was not. Without `facts`, a declared version is
+    taken as it stands and the system is not imported at all."""
     declared = project.config.system.version
-    if attribute is None and declared is not None:
+    if facts is None and declared is not None:
         return declared
-    attribute = attribute if attribute is not None else system_spec(project).load_attribute()
-    reported = reported_version(attribute)
+    reported = (facts or system_facts(project)).version
     where = f"{project.root / PROJECT_FILE}: system.version"
     if declared is not None and reported is not None and declared != reported:
         raise ProjectError(f"{where}: {declared!r} differs from the version the system reports ({reported!r})")
@@ -82,8 +67,8 @@ def resolve_system_version(project: Project, attribute: Any | None = None) -> st
 
 
 def current_system_version(project: Project) -> str:
-    """The version as the system's code says now (imports it afresh)."""
-    return resolve_system_version(project, system_spec(project).load_attribute())
+    """The version as the system's code says now (imported afresh, in a worker process)."""
+    return resolve_system_version(project, system_facts(project))
 
 
 def system_toolbox(system: Any) -> ToolBox | None:

@@ -110,7 +110,15 @@ class ToolBox:
         self.event_failure = None
 
     def trajectory(self) -> Trajectory:
-        return self._trajectory.model_copy(deep=True)
+        """The case's trajectory so far. Its steps already hold private copies of what was
+        passed and returned, so new lists suffice: nothing later appends to the one handed out."""
+        return self._trajectory.model_copy(
+            update={
+                "steps": list(self._trajectory.steps),
+                "checkpoints": list(self._trajectory.checkpoints),
+                "constraints": list(self._trajectory.constraints),
+            }
+        )
 
     # -- used by the system under test ---------------------------------------------------
 
@@ -124,9 +132,9 @@ class ToolBox:
             raise StepLimitReached(f"more than {self.max_calls} tool calls")
         steps = self._trajectory.steps
         self._trajectory.checkpoints.append(Checkpoint(step=len(steps), calls_before=calls_so_far, label=f"before {name}"))
-        steps.append(Step(kind="tool_call", tool=name, arguments=copy.deepcopy(arguments), role=self.role))
+        steps.append(Step(kind="tool_call", tool=name, arguments=private_copy(arguments), role=self.role))
         result = self._result_for(calls_so_far, name, arguments)
-        steps.append(Step(kind="tool_result", tool=name, result=copy.deepcopy(result)))
+        steps.append(Step(kind="tool_result", tool=name, result=private_copy(result)))
         self._apply_events_due(calls_so_far + 1)
         return result
 
@@ -176,6 +184,19 @@ class ToolBox:
             return self._tools[name](**arguments)
         except Exception as error:  # a failing tool is a result the agent must handle
             return {"error": str(error) or type(error).__name__}
+
+
+def private_copy(value: Any) -> Any:
+    """A copy the system cannot change afterwards: plain JSON-like data copied directly (a
+    tool's arguments and results nearly always are), anything else by copy.deepcopy."""
+    kind = type(value)
+    if kind in (str, int, float, bool) or value is None:
+        return value
+    if kind is dict:
+        return {key: private_copy(item) for key, item in value.items()}
+    if kind is list:
+        return [private_copy(item) for item in value]
+    return copy.deepcopy(value)
 
 
 def _same_call(tool: str | None, arguments: dict[str, Any] | None, name: str, live_arguments: dict[str, Any]) -> bool:

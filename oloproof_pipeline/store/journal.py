@@ -4,13 +4,32 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Generic, Iterator, TypeVar
 
-from .layout import journal_path, sandbox_lock_path
+import pandas as pd
+from pydantic import BaseModel, ValidationError
+
+from .layout import StorageWriteError, StoredTableError, journal_path, read_table, sandbox_lock_path
+
+# Warnings about stored evidence (a skipped journal line, a table rebuilt from its journal):
+# the CLI prints them as `warning:` lines; under Dagster they reach the step's log.
+log = logging.getLogger("oloproof_pipeline")
+
+Record = TypeVar("Record", bound=BaseModel)
+
+
+@dataclass
+class JournalContents(Generic[Record]):
+    """The journal's valid records, and a `file:line: why` for each line that was not one."""
+
+    records: list[Record] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
 
 
 class Journal:
@@ -25,11 +44,25 @@ class Journal:
         return cls(journal_path(project_root, table, partition))
 
     def append(self, row: dict[str, Any]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a", encoding="utf-8") as handle:
-            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self.path.open("a+b") as handle:
+                # A line cut short by a kill has no newline: end it, or this line would join it.
+                handle.seek(0, os.SEEK_END)
+                if handle.tell() and not self._ends_with_newline(handle):
+                    handle.write(b"\n")
+                handle.write((json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8"))
+                handle.flush()
+                os.fsync(handle.fileno())
+        except OSError as error:
+            raise StorageWriteError(self.path, error) from None
+
+    @staticmethod
+    def _ends_with_newline(handle) -> bool:
+        handle.seek(-1, os.SEEK_END)
+        last = handle.read(1)
+        handle.seek(0, os.SEEK_END)
+        return last == b"\n"
 
     @contextmanager
     def appending(self, sync_every_s: float = 1.0) -> Iterator[Callable[[dict[str, Any]], None]]:
@@ -37,44 +70,120 @@ class Journal:
         written, so a killed run keeps it (the kernel holds it), and synced to disk at most
         every `sync_every_s` and at the end: a sync per line would cost more than a fast
         system's case (only a machine losing power can lose the last second's lines)."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a", encoding="utf-8") as handle:
-            if handle.tell() and not self._ends_with_newline():
-                handle.write("\n")  # end a line a killed run cut short, or this one would join it
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            handle = self.path.open("a+b")
+        except OSError as error:
+            raise StorageWriteError(self.path, error) from None
+        with handle:
             synced = time.monotonic()
+            handle.seek(0, os.SEEK_END)
+            ended = not handle.tell() or self._ends_with_newline(handle)
 
             def write(row: dict[str, Any]) -> None:
-                nonlocal synced
-                handle.write(json.dumps(row, ensure_ascii=False) + "\n")
-                handle.flush()
-                if time.monotonic() - synced >= sync_every_s:
-                    os.fsync(handle.fileno())
-                    synced = time.monotonic()
+                nonlocal synced, ended
+                try:
+                    if not ended:
+                        handle.write(b"\n")  # a line a killed run cut short: end it, or this one would join it
+                        ended = True
+                    handle.write((json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8"))
+                    handle.flush()
+                    if time.monotonic() - synced >= sync_every_s:
+                        os.fsync(handle.fileno())
+                        synced = time.monotonic()
+                except OSError as error:
+                    raise StorageWriteError(self.path, error) from None
 
             try:
                 yield write
             finally:
-                handle.flush()
-                os.fsync(handle.fileno())
-
-    def _ends_with_newline(self) -> bool:
-        with self.path.open("rb") as handle:
-            handle.seek(-1, os.SEEK_END)
-            return handle.read(1) == b"\n"
+                try:
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                except OSError as error:
+                    raise StorageWriteError(self.path, error) from None
 
     def rows(self) -> Iterator[dict[str, Any]]:
-        """Every complete line; a line cut short by a kill is skipped."""
+        """Every complete line that is a JSON object (for counting progress)."""
+        for _, row, problem in self._numbered_rows():
+            if problem is None and isinstance(row, dict):
+                yield row
+
+    def _numbered_rows(self) -> Iterator[tuple[int, Any, str | None]]:
+        """(line number, parsed JSON, None) or (line number, None, why it is not JSON) per non-blank line."""
         if not self.path.exists():
             return
-        with self.path.open(encoding="utf-8") as handle:
-            for text in handle:
-                try:
-                    yield json.loads(text)
-                except json.JSONDecodeError:
+        with self.path.open("rb") as handle:
+            for number, raw in enumerate(handle, start=1):
+                if not raw.strip():
                     continue
+                try:
+                    yield number, json.loads(raw.decode("utf-8")), None
+                except (UnicodeDecodeError, RecursionError, ValueError) as error:
+                    yield number, None, f"not JSON ({type(error).__name__})"
+
+    def read(self, model: type[Record]) -> JournalContents[Record]:
+        """Every line that is a `model`; any other line (cut short by a kill, written by
+        something else) is skipped and named, so one foreign line never costs the rest."""
+        contents: JournalContents[Record] = JournalContents()
+        for _, record, problem in self._checked(model):
+            if problem is None:
+                contents.records.append(record)
+            else:
+                contents.skipped.append(problem)
+        return contents
+
+    def _checked(self, model: type[Record]) -> Iterator[tuple[dict[str, Any] | None, Record | None, str | None]]:
+        """(line, its `model`, None) per line whose fields of `model` make one (keys beside them
+        are kept in the line), else (None, None, `file:line: why`)."""
+        fields = model.model_fields
+        for number, row, problem in self._numbered_rows():
+            if problem is None:
+                own = {key: value for key, value in row.items() if key in fields} if isinstance(row, dict) else row
+                try:
+                    yield row, model.model_validate(own), None
+                    continue
+                except ValidationError as error:
+                    first = error.errors()[0]
+                    where = ".".join(str(part) for part in first["loc"])
+                    problem = f"not a {model.__name__} line ({where + ': ' if where else ''}{first['msg']})"
+            yield None, None, f"{self.path}:{number}: {problem}; line skipped, the rest of the journal is used"
+
+    def records(self, model: type[Record]) -> list[Record]:
+        """The valid records; each skipped line is logged as a warning naming file and line."""
+        contents = self.read(model)
+        for skipped in contents.skipped:
+            log.warning(skipped)
+        return contents.records
+
+    def lines_of(self, model: type[Record]) -> list[dict[str, Any]]:
+        """The lines that are a `model`, as written (with any columns the table keeps beside the
+        model's, such as the code that made a recording); each other line is logged as a warning."""
+        lines = []
+        for row, _, problem in self._checked(model):
+            if problem is None:
+                lines.append(row)
+            else:
+                log.warning(problem)
+        return lines
 
     def clear(self) -> None:
-        self.path.unlink(missing_ok=True)
+        try:
+            self.path.unlink(missing_ok=True)
+        except OSError as error:
+            raise StorageWriteError(self.path, error) from None
+
+
+def stored_work(project_root: Path, table: str, partition: str) -> pd.DataFrame | None:
+    """A stored table of finished work (recordings, replays). One that cannot be read is set
+    aside with a warning: its journal holds every row it was written from, so the work is
+    found there and nothing is lost or has to be deleted by hand."""
+    try:
+        return read_table(project_root, table, partition)
+    except StoredTableError as error:
+        journal = journal_path(project_root, table, partition)
+        log.warning(f"{error.path}: stored table cannot be read; using the journal {journal} instead")
+        return None
 
 
 @contextmanager

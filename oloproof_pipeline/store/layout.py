@@ -7,9 +7,16 @@ by a run is found by `oloproof gate`, by a later incremental run, and by DuckDB 
 from __future__ import annotations
 
 import uuid
+from contextlib import suppress
 from pathlib import Path
+from typing import Iterable
 
 import pandas as pd
+import pyarrow as pa
+
+from ..model.config import VERSION_PATTERN
+from ..model.errors import ProjectError
+from .tables import required_columns
 
 # Everything the pipeline writes lives here, inside the project; never read as input.
 OUTPUT_DIR = ".oloproof"
@@ -23,28 +30,90 @@ def tables_dir(project_root: Path) -> Path:
     return output_dir(project_root) / "tables"
 
 
+class StoredTableError(Exception):
+    """A stored table that cannot be read (cut short, emptied, not Parquet, unreadable)."""
+
+    def __init__(self, path: Path, reason: str):
+        self.path = path
+        # A partitioned table lives in a folder of versions; `run` rebuilds one version at a time.
+        partitioned = path.parent.name != "tables"
+        run = f"`oloproof run` of version {path.stem!r}" if partitioned else "`oloproof run`"
+        super().__init__(f"{path}: stored table cannot be read ({reason}); {run} rebuilds it")
+
+
+class StorageWriteError(Exception):
+    """Writing a file failed (a full disk, a read-only folder): one line naming the path."""
+
+    def __init__(self, path: Path, error: OSError):
+        self.path = path
+        super().__init__(f"{path}: cannot write: {error.strerror or error}")
+
+
+def checked_partition(partition: str) -> str:
+    """A version used as a file name: never a path (`../x`), always a valid partition key."""
+    if not VERSION_PATTERN.match(partition) or partition in {".", ".."}:
+        raise ProjectError(f"{partition!r} is not a valid version: use letters, digits, '.', '_' and '-'")
+    return partition
+
+
 def table_path(project_root: Path, table: str, partition: str | None = None) -> Path:
     """`tables/<table>.parquet` for unpartitioned tables, `tables/<table>/<version>.parquet` otherwise."""
     base = tables_dir(project_root) / table
-    return base.with_suffix(".parquet") if partition is None else base / f"{partition}.parquet"
+    return base.with_suffix(".parquet") if partition is None else base / f"{checked_partition(partition)}.parquet"
 
 
 def read_table(project_root: Path, table: str, partition: str | None = None) -> pd.DataFrame | None:
+    """The stored table, None when there is none; a file that is not that table is a
+    StoredTableError naming it."""
     path = table_path(project_root, table, partition)
-    return read_table_file(path) if path.exists() else None
+    if not path.exists():
+        return None
+    frame = read_table_file(path)
+    missing = [name for name in required_columns(table) if name not in frame.columns]
+    if missing:
+        raise StoredTableError(path, f"not a {table} table: no column {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}")
+    return frame
 
 
 def read_table_file(path: Path) -> pd.DataFrame:
-    return pd.read_parquet(path)
+    """The stored table; one that cannot be read is a StoredTableError naming the file."""
+    try:
+        return pd.read_parquet(path)
+    except (OSError, ValueError, pa.ArrowException) as error:
+        reason = "the file is empty" if path.is_file() and path.stat().st_size == 0 else _short_reason(error)
+        raise StoredTableError(path, reason) from None
+
+
+def _short_reason(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return text[0] if text else type(error).__name__
 
 
 def write_table_file(path: Path, frame: pd.DataFrame) -> None:
     """Write next to the target and rename, so a reader never sees half a file; the name is
     the writer's own, as two runs of one version may write the same table at once."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f"{path.name}.{uuid.uuid4().hex}.partial")
-    frame.to_parquet(partial, index=False)
-    partial.rename(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        frame.to_parquet(partial, index=False)
+        partial.rename(path)
+    except OSError as error:
+        with suppress(OSError):
+            partial.unlink(missing_ok=True)
+        raise StorageWriteError(path, error) from None
+
+
+def write_text_file(path: Path, text: str | Iterable[str]) -> None:
+    """A text file (a report) written in place: `-o` may name any file the user can write,
+    a pipe or a device included, so no rename. The text may come a piece at a time (a large
+    report is never one string). A failure names the path."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("w", encoding="utf-8") as handle:
+            for part in [text] if isinstance(text, str) else text:
+                handle.write(part)
+    except OSError as error:
+        raise StorageWriteError(path, error) from None
 
 
 def stored_partitions(project_root: Path, table: str) -> list[str]:
@@ -56,12 +125,17 @@ def dagster_home(project_root: Path) -> Path:
     return output_dir(project_root) / "dagster_home"
 
 
+def instance_pin_path(project_root: Path) -> Path:
+    """Names the Dagster home that holds the project's run history (see `defs/instance.py`)."""
+    return output_dir(project_root) / "dagster_instance"
+
+
 def reports_dir(project_root: Path) -> Path:
     return output_dir(project_root) / "reports"
 
 
 def journal_path(project_root: Path, table: str, partition: str) -> Path:
-    return output_dir(project_root) / "journal" / table / f"{partition}.jsonl"
+    return output_dir(project_root) / "journal" / table / f"{checked_partition(partition)}.jsonl"
 
 
 def sandbox_lock_path(project_root: Path) -> Path:

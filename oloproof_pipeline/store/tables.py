@@ -8,13 +8,11 @@ from __future__ import annotations
 import json
 import os
 from collections import namedtuple
-from pathlib import Path
 from typing import Any, Iterable, Iterator, TypeVar
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 from pydantic import BaseModel
 
 from ..model.cases import CaseRecord
@@ -105,6 +103,24 @@ GATE_SCHEMA = pa.schema(
         ("inputs_digest", TEXT),
     ]
 )
+
+# By table name, as `layout.table_path` names the files: a stored file without these columns
+# is no such table (written by hand, or by something else).
+TABLE_SCHEMAS = {
+    "cases": CASES_SCHEMA, "derived_cases": DERIVED_CASES_SCHEMA, "recorded_runs": RECORDED_RUNS_SCHEMA,
+    "fault_replays": FAULT_REPLAYS_SCHEMA, "verdicts": VERDICTS_SCHEMA, "slices": SLICES_SCHEMA, "gate": GATE_SCHEMA,
+}
+# The cache keys stored beside each table's columns: a table written before they existed
+# is still that table (it reads them as nulls, so nothing in it is reused without a key).
+CACHE_KEY_COLUMNS = frozenset(
+    {"code_fingerprint", "code_files", "recording_key", "evaluator_digest", "inputs_key", "judging_digest", "inputs_digest"}
+)
+
+
+def required_columns(table: str) -> list[str]:
+    """The columns a stored file must have to be `table` (none for a table we do not know)."""
+    schema = TABLE_SCHEMAS.get(table)
+    return [] if schema is None else [name for name in schema.names if name not in CACHE_KEY_COLUMNS]
 
 
 def to_json_text(value: Any) -> str | None:
@@ -231,78 +247,6 @@ def rows_of(frame: pd.DataFrame, names: list[str]) -> Iterator[Any]:
     list in one go (iterating a column element by element is slow for Arrow-backed text)."""
     row = namedtuple("Row", names)  # type: ignore[misc]
     return (row(*values) for values in zip(*(null_to_none(frame[name]) for name in names)))
-
-
-class StoredTable:
-    """A stored table (or several stacked, as the cases and their copies are), read a column at
-    a time as a stage needs it (each column at most once), its rows decoded only where asked:
-    a rerun with nothing to do reads the few key columns it compares and never a trajectory.
-    Columns a file lacks (a table written before they existed) read as nulls."""
-
-    def __init__(self, *parts: Path | pd.DataFrame | None):
-        self._parts = [part for part in parts if isinstance(part, pd.DataFrame) or (part is not None and Path(part).exists())]
-        self._read: dict[str, pd.Series] = {}
-        self._shapes: list[tuple[list[str], int]] | None = None
-
-    @classmethod
-    def of(cls, frame: pd.DataFrame | None) -> "StoredTable":
-        return cls(frame)
-
-    @property
-    def exists(self) -> bool:
-        return bool(self._parts)
-
-    def _part_shapes(self) -> list[tuple[list[str], int]]:
-        """(column names, rows) of each part, from the Parquet footer alone."""
-        if self._shapes is None:
-            self._shapes = []
-            for part in self._parts:
-                if isinstance(part, pd.DataFrame):
-                    self._shapes.append((list(part.columns), len(part)))
-                else:
-                    metadata = pq.ParquetFile(part).metadata
-                    self._shapes.append((list(metadata.schema.names), metadata.num_rows))
-        return self._shapes
-
-    @property
-    def names(self) -> list[str]:
-        return list(dict.fromkeys(name for names, _ in self._part_shapes() for name in names))
-
-    def __len__(self) -> int:
-        return sum(rows for _, rows in self._part_shapes())
-
-    def _read_part(self, part: Path | pd.DataFrame, names: list[str], rows: int, wanted: list[str]) -> dict[str, pd.Series]:
-        present = [name for name in wanted if name in names]
-        if isinstance(part, pd.DataFrame):
-            read = {name: part[name].reset_index(drop=True) for name in present}
-        else:
-            read = dict(pq.read_table(part, columns=present).to_pandas().items()) if present else {}
-        return {name: read.get(name, pd.Series([None] * rows, dtype=object)) for name in wanted}
-
-    def columns(self, *names: str) -> pd.DataFrame:
-        """The named columns (nulls for any the table lacks), read once each."""
-        wanted = [name for name in dict.fromkeys(names) if name not in self._read]
-        if wanted:
-            pieces = [self._read_part(part, part_names, rows, wanted) for part, (part_names, rows) in zip(self._parts, self._part_shapes())]
-            for name in wanted:
-                columns = [piece[name] for piece in pieces]
-                self._read[name] = (
-                    pd.concat(columns, ignore_index=True) if len(columns) > 1
-                    else columns[0] if columns else pd.Series([], dtype=object)
-                )
-        return pd.DataFrame({name: self._read[name] for name in names})
-
-    def whole(self, schema: pa.Schema | None = None) -> pd.DataFrame:
-        """Every column (of `schema` when given, nulls for those the table lacks)."""
-        return self.columns(*(schema.names if schema is not None else self.names))
-
-    def rows(self, positions: Iterable[int], names: Iterable[str], nested: Iterable[str] = ()) -> list[dict[str, Any]]:
-        """The rows at `positions` as plain dicts of `names`, JSON text parsed in `nested`."""
-        names, positions = list(names), list(positions)
-        if not positions:
-            return []
-        frame = self.columns(*names).iloc[positions]
-        return rows_from_frame(frame, [name for name in nested if name in names])
 
 
 CASE_NESTED = ("input", "initial_state", "expected", "metadata", "events")

@@ -1,0 +1,58 @@
+"""Printing a bound next to the bar it is compared with, so that the printed numbers say what
+the exact ones do: a lower bound of 0.89997 against a bar of 0.9 prints as 0.89997, never as
+0.900, which would read as "0.900 < 0.9".
+
+Values get 3 decimals, and more only where 3 would put the printed value on the wrong side of
+(or, for a strict relation, on) the printed bar. The bar prints as the shortest text that reads
+back as the same float (format_bar), which is how a user wrote it in the project file.
+"""
+
+from __future__ import annotations
+
+import math
+from decimal import Decimal
+
+_RELATIONS = {
+    "<": lambda value, bar: value < bar,
+    "<=": lambda value, bar: value <= bar,
+    ">": lambda value, bar: value > bar,
+    ">=": lambda value, bar: value >= bar,
+}
+
+DEFAULT_DECIMALS = 3
+# Enough for any double above about 1e-23: neighbouring doubles differ within 40 decimals.
+_MAX_DECIMALS = 40
+
+
+def format_bar(bar: float) -> str:
+    """The bar as the shortest decimal that reads back as the same float: 0.9 -> "0.9"."""
+    _check_finite("bar", bar)
+    return repr(float(bar))
+
+
+def format_bound_against_bar(value: float, bar: float, relation: str) -> str:
+    """`value` printed with 3 decimals, or as many more as it takes for the printed value to
+    stand in `relation` ("<", "<=", ">", ">=") to the printed bar (format_bar(bar)).
+
+    format_bound_against_bar(0.89997, 0.9, "<") == "0.89997"; (0.7, 0.9, "<") == "0.700".
+    Raises ValueError when `value relation bar` is false: printing it would state a falsehood.
+    """
+    if relation not in _RELATIONS:
+        raise ValueError(f"relation must be one of {', '.join(_RELATIONS)}, got {relation!r}")
+    _check_finite("value", value)
+    holds = _RELATIONS[relation]
+    if not holds(float(value), float(bar)):
+        raise ValueError(f"{value!r} {relation} {bar!r} is false")
+    printed_bar = Decimal(format_bar(bar))
+    for decimals in range(DEFAULT_DECIMALS, _MAX_DECIMALS + 1):
+        text = f"{value:.{decimals}f}"
+        if holds(Decimal(text), printed_bar):
+            return text
+    # Only for values so close to 0 that 40 decimals do not reach their first digit: the exact
+    # expansion of the float holds, as the float comparison did.
+    return format(Decimal(float(value)), "f")
+
+
+def _check_finite(name: str, number: float) -> None:
+    if not math.isfinite(number):
+        raise ValueError(f"{name} must be a finite number, got {number!r}")

@@ -1,0 +1,102 @@
+"""A confidence interval for the change in pass rate between two versions judged on the same
+cases (candidate minus base): Tango's score interval (Tango 1998, Statistics in Medicine
+17:891-908), one of the two intervals Fagerland, Lydersen and Laake (2014, Statistics in Medicine
+33:2850-2875) recommend for paired proportions.
+
+Why Tango and not Newcombe's hybrid score interval (Newcombe 1998, Statistics in Medicine
+17:2635-2650, method 10): exact enumeration of coverage over every table of 24, 50 and 100
+pairs (tests/test_decide_paired.py) keeps Tango at 0.935 or more on the test grid, while at 24
+and 50 pairs Newcombe's method 10 falls to 0.73 and 0.65 when few cases change and all one way
+(1-5% fixed, none broken), the common case for a release. With nothing changed on 24 pairs Tango gives +-0.14,
+Newcombe +-0.09.
+
+The interval is unconditional: it never treats the number of changed cases as known.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+from scipy import optimize, stats
+
+PAIRED_METHOD = "tango_score"
+
+# Z is clipped here for the root finder, which needs finite values; |Z| this large rejects
+# at any confidence level a float can express.
+_Z_CLIP = 1e6
+
+
+def paired_difference_interval(
+    *,
+    both_pass: int,
+    fixed: int,
+    broken: int,
+    both_fail: int,
+    missing: int = 0,
+    confidence: float = 0.95,
+) -> tuple[float, float]:
+    """Tango's score interval for candidate-minus-base pass rate over paired cases.
+
+    `fixed` counts cases the base failed and the candidate passed, `broken` the reverse.
+    `missing` pairs (a case missing on either side) widen it the worst-case way: the lower
+    bound counts every one as broken, the upper bound every one as fixed. No pairs at all
+    give (-1, 1).
+    """
+    counts = {"both_pass": both_pass, "fixed": fixed, "broken": broken, "both_fail": both_fail, "missing": missing}
+    for name, value in counts.items():
+        if int(value) != value or value < 0:
+            raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be between 0 and 1, got {confidence!r}")
+    pairs = int(both_pass + fixed + broken + both_fail + missing)
+    if pairs == 0:
+        return -1.0, 1.0
+    z = _critical_value(confidence)
+    lower = _lower_bound(int(fixed), int(broken + missing), pairs, z)
+    upper = _upper_bound(int(fixed + missing), int(broken), pairs, z)
+    return lower, upper
+
+
+@functools.lru_cache(maxsize=64)
+def _critical_value(confidence: float) -> float:
+    return float(stats.norm.isf((1.0 - confidence) / 2.0))
+
+
+# Tango's Z decreases in d (checked over every table up to 50 pairs in the tests), so the
+# interval {d : |Z(d)| <= z} has one crossing on each side of the estimate, where Z(d) = 0.
+
+
+def _upper_bound(fixed: int, broken: int, pairs: int, z: float) -> float:
+    if _score(fixed, broken, pairs, 1.0) >= -z:
+        return 1.0
+    estimate = (fixed - broken) / pairs
+    crossing = lambda d: max(_score(fixed, broken, pairs, d), -_Z_CLIP) + z  # noqa: E731
+    return min(float(optimize.brentq(crossing, estimate, 1.0, xtol=1e-15)), 1.0)
+
+
+def _lower_bound(fixed: int, broken: int, pairs: int, z: float) -> float:
+    if _score(fixed, broken, pairs, -1.0) <= z:
+        return -1.0
+    estimate = (fixed - broken) / pairs
+    crossing = lambda d: min(_score(fixed, broken, pairs, d), _Z_CLIP) - z  # noqa: E731
+    return max(float(optimize.brentq(crossing, -1.0, estimate, xtol=1e-15)), -1.0)
+
+
+def _score(fixed: int, broken: int, pairs: int, difference: float) -> float:
+    """Tango's score statistic for H0: p(fixed) - p(broken) = difference,
+    Z = (fixed - broken - n d) / sqrt(n (2 q + d (1 - d))), with q the maximum-likelihood
+    p(broken) under H0 (the non-negative root of 2n q^2 + B q + C = 0)."""
+    a = 2.0 * pairs
+    b = -fixed - broken + (2.0 * pairs - fixed + broken) * difference
+    c = -broken * difference * (1.0 - difference)
+    root = math.sqrt(max(b * b - 4.0 * a * c, 0.0))
+    # The two algebraically equal forms of the root, each used where it does not cancel.
+    q_broken = (root - b) / (2.0 * a) if b <= 0 else -2.0 * c / (b + root)
+    numerator = fixed - broken - pairs * difference
+    variance = pairs * (2.0 * q_broken + difference * (1.0 - difference))
+    if variance <= 0.0:
+        # At d = +-1 the null leaves no variance: Z is 0 when every pair is on that side (the
+        # data are the null itself), else infinite with the numerator's sign.
+        return 0.0 if numerator == 0 else math.copysign(math.inf, numerator)
+    return numerator / math.sqrt(variance)

@@ -1,0 +1,42 @@
+"""What names the system under test: plain data that builds it in any process (a worker
+process of its own, a Dask worker's), and the rule for building it."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ..model.errors import ProjectError
+from ..model.modules import load_callable, module_file_of
+
+
+@dataclass(frozen=True)
+class SystemSpec:
+    """Enough to build the system anywhere: plain, picklable, JSON-able data."""
+
+    project_root: str
+    callable: str
+    name: str
+
+    def build(self) -> Any:
+        return build_system(self.load_attribute())
+
+    def load_attribute(self) -> Any:
+        return load_callable(Path(self.project_root), self.callable)
+
+    @property
+    def module_file(self) -> Path:
+        return module_file_of(Path(self.project_root), self.callable)
+
+    def as_json(self) -> dict[str, str]:
+        return asdict(self)
+
+
+def build_system(attribute: Any) -> Any:
+    """A class is instantiated with no arguments; anything else callable is the system itself."""
+    if isinstance(attribute, type):
+        return attribute()
+    if callable(attribute):
+        return attribute
+    raise ProjectError(f"system.callable names {attribute!r}, which is neither a class nor callable")

@@ -1,0 +1,498 @@
+"""The system under test in worker processes of its own, supervised from the evaluating one.
+
+Whatever a system does to its process (sys.exit, os._exit, a segfault, a hang, a thread
+that never ends) happens in a worker process, never in the CLI's or a Dagster step's. The
+supervisor sends a worker its cases as JSON lines (it runs one at a time; the next few wait
+on its channel) and reads each recording back as one; the worker imports and builds the
+system once and keeps it between cases. A worker
+that ends mid-case costs that case (`system_crashed`, with its exit code or signal), one
+that overruns the case's deadline is stopped (`timeout`), and a fresh worker takes the next
+case.
+
+Workers are forked from a fork server: one process per evaluating process that has
+imported the runner once (never the system), so a fresh worker, for a probe or after a
+crash, costs a fork and the system's own import rather than a new interpreter. The fork
+server also reports how each of its workers ended, on that worker's channel. run/worker.py
+is what runs inside both.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import weakref
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Iterable, Iterator, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from ..model.cases import CaseRecord
+from ..model.config import PROJECT_FILE
+from ..model.errors import ProjectError, SystemVersionMismatch
+from ..model.records import RecordedRun, ReplayResult
+from ..model.trajectory import Checkpoint, ToolChange, Trajectory
+from .spec import SystemSpec
+
+# After a case's deadline the worker interrupts the case itself and reports what it did so
+# far; this is how long it gets to do so before its process is stopped.
+KILL_GRACE_S = 2.0
+# Importing and building the system is not a case: it gets its own, longer deadline, and
+# so does starting the fork server.
+START_MINIMUM_S = 60.0
+# How long a fork server whose channel closed gets to exit.
+STOP_GRACE_S = 2.0
+# Tasks wait on a worker's channel behind the one it runs, so it starts each the moment the
+# one before ends, even while the evaluating process is busy (journalling, say): at most
+# this many, and no more bytes than fit in the channel's buffer, so a send never blocks.
+QUEUED_TASKS = 32
+QUEUED_BYTES = 64 * 1024
+
+_PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
+
+
+@dataclass(frozen=True)
+class SystemFacts:
+    """What a system says about itself once built: its `version` attribute, and whether it
+    can be replayed (it uses the tool box or has a `replay` method)."""
+
+    version: str | None
+    replayable: bool
+
+
+class WorkerLost(Exception):
+    """No answer for a case: the worker ended (`system_crashed`) or overran (`timeout`)."""
+
+    def __init__(self, status: str, error: str, *, duration_s: float = 0.0):
+        super().__init__(error)
+        self.status = status
+        self.error = error
+        self.duration_s = duration_s
+
+
+# -- what travels on a worker's channel ---------------------------------------------------
+
+
+class RecordTask(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    op: Literal["record"] = "record"
+    case: CaseRecord
+
+
+class ReplayTask(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    op: Literal["replay"] = "replay"
+    case: CaseRecord
+    trajectory: Trajectory
+    checkpoint: Checkpoint
+    change: ToolChange | None = None
+
+
+Task = Annotated[RecordTask | ReplayTask, Field(discriminator="op")]
+TASKS: TypeAdapter[Task] = TypeAdapter(Task)
+
+
+class WorkerMessage(BaseModel):
+    """Anything said on a worker's channel: by the worker (`ready` or `failed` once built,
+    then one answer per task) or by the fork server (`ended`, with its exit code)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ready: SystemFacts | None = None
+    failed: list[str] | None = None
+    recorded: RecordedRun | None = None
+    replayed: ReplayResult | None = None
+    # The worker interrupted this task at its deadline and is ending: not to be trusted.
+    retire: bool = False
+    # The worker could not serve the task at all (never one of the system's failures).
+    problem: str | None = None
+    ended: int | None = None
+
+
+def describe_exit(returncode: int | None) -> str:
+    if returncode is None:
+        return "ended"
+    if returncode < 0:
+        try:
+            return f"was killed by signal {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"was killed by signal {-returncode}"
+    return f"exited with code {returncode}"
+
+
+# -- the fork server -----------------------------------------------------------------------
+
+
+def _close_fork_server(control: socket.socket, process: subprocess.Popen) -> None:
+    control.close()  # it exits when its channel closes
+    try:
+        process.wait(STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+class ForkServer:
+    """A process (run/worker.py) that forks a fresh worker process on request, handing it
+    one end of a channel the caller keeps the other end of."""
+
+    def __init__(self) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        environment = dict(os.environ)
+        environment["PYTHONPATH"] = os.pathsep.join(filter(None, [_PACKAGE_PARENT, environment.get("PYTHONPATH")]))
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "oloproof_pipeline.run.worker", str(theirs.fileno())],
+            pass_fds=[theirs.fileno()],
+            stdin=subprocess.DEVNULL,
+            stdout=2,  # what a system prints goes to stderr, never among the evaluation's output
+            env=environment,
+            start_new_session=True,  # a Ctrl-C meant for the CLI reaches the CLI, which stops it
+        )
+        theirs.close()
+        ours.settimeout(START_MINIMUM_S)
+        self._control = ours
+        self.owner = os.getpid()
+        self._finalizer = weakref.finalize(self, _close_fork_server, ours, self._process)
+
+    @property
+    def usable(self) -> bool:
+        """Alive, and this process's own (a forked copy of the evaluating process must not
+        share its parent's fork server)."""
+        return self.owner == os.getpid() and self._process.poll() is None
+
+    def fork(self, settings: dict[str, Any]) -> tuple[int, socket.socket]:
+        """A new worker process for `settings`: its pid and our end of its channel."""
+        ours, theirs = socket.socketpair()
+        try:
+            socket.send_fds(self._control, [json.dumps(settings).encode()], [theirs.fileno()])
+            reply = self._control.recv(4096)
+        finally:
+            theirs.close()
+        if not reply:
+            ours.close()
+            raise OSError("the fork server ended")
+        return json.loads(reply)["pid"], ours
+
+    def stop(self) -> None:
+        self._finalizer()
+
+    def forget(self) -> None:
+        """Drop it without stopping it: it belongs to another process."""
+        self._finalizer.detach()
+
+
+_fork_server: ForkServer | None = None
+_fork_server_lock = threading.Lock()
+
+
+def _usable_fork_server() -> ForkServer:
+    """This process's fork server, started if there is none (call under the lock)."""
+    global _fork_server
+    if _fork_server is not None and _fork_server.owner != os.getpid():
+        _fork_server.forget()  # a forked copy of the evaluating process: the server is its parent's
+        _fork_server = None
+    if _fork_server is None or not _fork_server.usable:
+        _fork_server = ForkServer()
+    return _fork_server
+
+
+def start_fork_server() -> None:
+    """Start this process's fork server now, so it imports while other work goes on (it
+    answers its first request once ready)."""
+    with _fork_server_lock:
+        _usable_fork_server()
+
+
+def fork_worker(settings: dict[str, Any]) -> tuple[int, socket.socket]:
+    """A new worker process from this process's fork server (started on first use, and
+    again if it ended)."""
+    global _fork_server
+    with _fork_server_lock:
+        for _ in range(2):
+            server = _usable_fork_server()
+            try:
+                return server.fork(settings)
+            except OSError:
+                server.stop()
+                _fork_server = None
+    raise ProjectError("could not start a worker process for the system under test: the fork server ended twice")
+
+
+def stop_fork_server() -> None:
+    """End this process's fork server; the next worker starts a new one."""
+    global _fork_server
+    with _fork_server_lock:
+        if _fork_server is not None:
+            _fork_server.stop()
+            _fork_server = None
+
+
+# -- one worker ----------------------------------------------------------------------------
+
+
+def _end_worker(pid: int, channel: socket.socket) -> None:
+    """Close the channel (an idle worker exits on it) and stop the worker's process group,
+    so nothing the system started outlives its sandbox."""
+    channel.close()
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+class WorkerProcess:
+    """One worker process holding one built system, spoken to in JSON lines.
+
+    Starting it waits until the system is imported and built: a system that cannot be is a
+    ProjectError of one line per problem, however it failed (an exception, SystemExit,
+    os._exit, a signal, a hang)."""
+
+    def __init__(self, spec: SystemSpec, *, system_version: str, timeout_s: float):
+        self.spec = spec
+        self.pid, self._channel = fork_worker(
+            {"spec": spec.as_json(), "system_version": system_version, "timeout_s": timeout_s}
+        )
+        self._finalizer = weakref.finalize(self, _end_worker, self.pid, self._channel)
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self._channel, selectors.EVENT_READ)
+        self._buffer = bytearray()
+        self.facts = self._await_ready(max(timeout_s, START_MINIMUM_S))
+
+    def _await_ready(self, timeout_s: float) -> SystemFacts:
+        where = f"{Path(self.spec.project_root) / PROJECT_FILE}: system.callable"
+        try:
+            message = self.receive(time.monotonic() + timeout_s)
+        except WorkerLost as lost:
+            doing = f"importing {self.spec.module_file} and building {self.spec.callable}"
+            what = f"did not finish {doing} within {timeout_s:g} s" if lost.status == "timeout" else f"{lost.error} while {doing}"
+            raise ProjectError(f"{where}: the system's process {what}") from None
+        if message.ready is None:
+            self.stop()
+            raise ProjectError(message.failed or [f"{where}: the system's process said nothing it was asked"])
+        return message.ready
+
+    def send(self, line: bytes) -> None:
+        """Queue a task (one JSON line) on the channel; a worker that has ended shows in the
+        next receive."""
+        try:
+            self._channel.sendall(line)
+        except OSError:
+            pass
+
+    def receive(self, deadline: float) -> WorkerMessage:
+        """The next message by `deadline`. WorkerLost (the worker then stopped) when there
+        is none, or when the fork server reports that the worker ended."""
+        while True:
+            line = self._next_line(deadline)
+            if not line.strip():
+                continue
+            try:
+                message = WorkerMessage.model_validate_json(line)
+            except ValidationError:  # a line cut short by the worker's end
+                continue
+            if message.ended is not None:
+                self.stop()
+                raise WorkerLost("system_crashed", describe_exit(message.ended))
+            return message
+
+    def _next_line(self, deadline: float) -> bytes:
+        while b"\n" not in self._buffer:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not self._selector.select(remaining):
+                self.stop()
+                raise WorkerLost("timeout", "no answer in time")
+            chunk = self._channel.recv(1 << 16)
+            if not chunk:
+                self.stop()
+                raise WorkerLost("system_crashed", describe_exit(None))
+            self._buffer += chunk
+        line, _, rest = bytes(self._buffer).partition(b"\n")
+        self._buffer = bytearray(rest)
+        return line
+
+    @property
+    def idle(self) -> bool:
+        """Nothing unasked-for on its channel: anything there (the report that it ended,
+        say) means it is not to be trusted with a case."""
+        return not self._buffer and not self._selector.select(0)
+
+    def stop(self) -> None:
+        if self._selector.get_map() is not None:
+            self._selector.close()
+        self._finalizer()
+
+
+class SupervisedSandbox:
+    """One sandbox: the system in a supervised worker process, one case at a time.
+
+    The same `record` and `replay` as the runner inside the worker (run/runner.py), so
+    callers never see the process boundary, and `record_each` for many cases. The worker is
+    started on first use and kept between cases (warm state); after a crash or a timeout a
+    fresh one takes the next case. A case costs one deadline of `timeout_s` (plus
+    KILL_GRACE_S for the worker to report its own timeout), counted from when it starts."""
+
+    def __init__(self, spec: SystemSpec, *, system_version: str, timeout_s: float):
+        self.spec = spec
+        self.system_version = system_version
+        self.timeout_s = timeout_s
+        self._worker: WorkerProcess | None = None
+        self._lock = threading.Lock()  # cases sharing one sandbox run one at a time
+        self.workers_started = 0
+
+    def record(self, case: CaseRecord) -> RecordedRun:
+        return list(self.record_each([case]))[0]
+
+    def record_each(self, cases: Iterable[CaseRecord]) -> Iterator[RecordedRun]:
+        """Each case's recording, in order. The next case already waits on the worker's
+        channel while one runs, so the worker never waits for the evaluating process."""
+        for task, answer in self._run_tasks(RecordTask(case=case) for case in cases):
+            if isinstance(answer, WorkerLost):
+                yield RecordedRun(
+                    case_id=task.case.case_id, case_digest=task.case.case_digest, system_version=self.system_version,
+                    status=answer.status, error=answer.error, duration_s=answer.duration_s,
+                )
+            else:
+                yield answer.recorded
+
+    def replay(
+        self, case: CaseRecord, trajectory: Trajectory, checkpoint: Checkpoint, change: ToolChange | None
+    ) -> ReplayResult:
+        task = ReplayTask(case=case, trajectory=trajectory, checkpoint=checkpoint, change=change)
+        [(_, answer)] = list(self._run_tasks([task]))
+        if isinstance(answer, WorkerLost):
+            return ReplayResult(status=answer.status, error=answer.error, duration_s=answer.duration_s)
+        return answer.replayed
+
+    def _run_tasks(self, tasks: Iterable[RecordTask | ReplayTask]) -> Iterator[tuple[Any, Any]]:
+        """(task, its WorkerMessage or a WorkerLost) for each task, in order. A task whose
+        worker ended or was stopped gets WorkerLost; the tasks queued behind it never
+        started, so a fresh worker runs them."""
+        with self._lock:
+            upcoming = _Upcoming(tasks)
+            queued: deque[tuple[RecordTask | ReplayTask, bytes]] = deque()  # on the channel; the first runs
+            try:
+                while True:
+                    if not queued:  # the worker is idle: any task may go, however big
+                        first = upcoming.take()
+                        if first is None:
+                            return
+                        worker = self._ready_worker()
+                        worker.send(first[1])
+                        queued.append(first)
+                        started = time.monotonic()
+                    _queue_more(worker, queued, upcoming)
+                    task, _ = queued.popleft()
+                    try:
+                        message = worker.receive(started + self.timeout_s + KILL_GRACE_S)
+                    except WorkerLost as lost:
+                        yield task, self._lost(lost, started)
+                        message = None
+                    started = time.monotonic()  # the next queued task starts now
+                    if message is not None:
+                        yield task, WorkerLost("error", message.problem) if message.problem is not None else message
+                    if message is None or message.retire:  # ended, or interrupted mid-case: a fresh worker
+                        self._drop_worker()
+                        upcoming.put_back(list(queued))
+                        queued.clear()
+            finally:
+                if queued:  # left before their answers came (the caller stopped asking): never reuse
+                    self._drop_worker()
+
+    def _lost(self, lost: WorkerLost, started: float) -> WorkerLost:
+        if lost.status == "timeout":
+            error = f"no answer within {self.timeout_s:g} s; the system's process was stopped"
+        else:
+            error = f"the system's process {lost.error} during this case"
+        return WorkerLost(lost.status, error, duration_s=round(time.monotonic() - started, 6))
+
+    def _drop_worker(self) -> None:
+        if self._worker is not None:
+            self._worker.stop()
+            self._worker = None
+
+    def _ready_worker(self) -> WorkerProcess:
+        if self._worker is not None and not self._worker.idle:
+            # It ended between cases (a thread of the system's, say): not the next case's fault.
+            self._drop_worker()
+        if self._worker is None:
+            worker = WorkerProcess(self.spec, system_version=self.system_version, timeout_s=self.timeout_s)
+            self.workers_started += 1
+            reported = worker.facts.version
+            if reported is not None and reported != self.system_version:
+                worker.stop()
+                raise SystemVersionMismatch(
+                    f"{Path(self.spec.project_root) / PROJECT_FILE}: system.version: recording version "
+                    f"{self.system_version!r}, but the system reports {reported!r}"
+                )
+            self._worker = worker
+        return self._worker
+
+    def close(self, *, wait: bool = True) -> bool:
+        """End the worker (also one whose system left a thread running). Without `wait`, a
+        sandbox busy with a case is left as it is: False."""
+        if not self._lock.acquire(blocking=wait):
+            return False
+        try:
+            self._drop_worker()
+            return True
+        finally:
+            self._lock.release()
+
+    def __enter__(self) -> "SupervisedSandbox":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+
+class _Upcoming:
+    """Tasks still to send, each with its JSON line; tasks a lost worker never started go
+    back to the front."""
+
+    def __init__(self, tasks: Iterable[RecordTask | ReplayTask]):
+        self._source = iter(tasks)
+        self._returned: deque[tuple[RecordTask | ReplayTask, bytes]] = deque()
+
+    def take(self) -> tuple[RecordTask | ReplayTask, bytes] | None:
+        if self._returned:
+            return self._returned.popleft()
+        task = next(self._source, None)
+        return None if task is None else (task, task.model_dump_json().encode() + b"\n")
+
+    def put_back(self, items: list[tuple[RecordTask | ReplayTask, bytes]]) -> None:
+        self._returned.extendleft(reversed(items))
+
+
+def _queue_more(worker: WorkerProcess, queued: deque, upcoming: _Upcoming) -> None:
+    """Queue tasks behind the running one, up to QUEUED_TASKS and QUEUED_BYTES."""
+    queued_bytes = sum(len(line) for _, line in list(queued)[1:])
+    while len(queued) < QUEUED_TASKS:
+        following = upcoming.take()
+        if following is None:
+            return
+        if queued_bytes + len(following[1]) > QUEUED_BYTES:
+            upcoming.put_back([following])
+            return
+        worker.send(following[1])
+        queued.append(following)
+        queued_bytes += len(following[1])
+
+
+def probe_system(spec: SystemSpec, *, timeout_s: float) -> SystemFacts:
+    """Import and build the system in a throwaway worker process and read what it says about
+    itself: nothing the system does on import can end, crash or wedge the caller."""
+    worker = WorkerProcess(spec, system_version="", timeout_s=timeout_s)
+    try:
+        return worker.facts
+    finally:
+        worker.stop()

@@ -1,0 +1,188 @@
+"""What runs inside the fork server and the worker processes it forks (run/supervisor.py
+starts them; the evaluating process never imports the system).
+
+The fork server imports the runner once, then forks one worker per request and reports on
+that worker's channel how it ended. A worker imports and builds the system once, says what
+it is, then records or replays one case per JSON line read from its channel, answering
+with one JSON line each. Its stdin is empty and its stdout is stderr, so nothing the system
+prints can garble an answer. A worker ends when its channel closes, when it had to
+interrupt a case (it says so, and the supervisor starts a fresh one), or when the system
+calls sys.exit().
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..model.config import PROJECT_FILE
+from ..model.errors import ProjectError
+from .runner import SandboxRunner, can_replay
+from .spec import SystemSpec, build_system
+from .supervisor import TASKS, RecordTask, ReplayTask, SystemFacts, WorkerMessage
+from .system import reported_version
+
+
+def leave(code: int = 0) -> None:
+    """End the process now: a thread the system left running must not keep it alive."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
+def exit_code(leaving: SystemExit) -> int:
+    """What sys.exit(code) would have exited with."""
+    if leaving.code is None or isinstance(leaving.code, int):
+        return leaving.code or 0
+    print(leaving.code, file=sys.stderr)
+    return 1
+
+
+def send(channel: socket.socket, message: WorkerMessage) -> None:
+    try:
+        channel.sendall(as_line(message))
+    except OSError:  # the supervisor is gone: nobody is waiting for this answer
+        leave()
+
+
+def as_line(message: WorkerMessage) -> bytes:
+    """The message as one JSON line. What the system recorded (a tool's arguments or
+    result, say) may not be JSON: the case is then `not_json`, never an unreadable answer."""
+    try:
+        return message.model_dump_json().encode() + b"\n"
+    except ValueError as problem:  # pydantic's PydanticSerializationError
+        field = "recorded" if message.recorded is not None else "replayed"
+        result = getattr(message, field)
+        fields = {"status": "not_json", "error": f"what the system recorded is not JSON: {problem}", "trajectory": None}
+        return message.model_copy(update={field: result.model_copy(update=fields)}).model_dump_json().encode() + b"\n"
+
+
+def serve(runner: SandboxRunner, task: RecordTask | ReplayTask) -> WorkerMessage:
+    if isinstance(task, RecordTask):
+        result = runner.record(task.case)
+        answer = WorkerMessage(recorded=result)
+    else:
+        result = runner.replay(task.case, task.trajectory, task.checkpoint, task.change)
+        answer = WorkerMessage(replayed=result)
+    # A case interrupted at its deadline may have left the system half-way: retire.
+    answer.retire = result.status == "timeout"
+    return answer
+
+
+def start(settings: dict[str, Any]) -> tuple[SandboxRunner, SystemFacts]:
+    """Import and build the system once; the runner, and what the system says about itself."""
+    spec = SystemSpec(**settings["spec"])
+    attribute = spec.load_attribute()
+    runner = SandboxRunner(
+        lambda: build_system(attribute), system_version=settings["system_version"], timeout_s=settings["timeout_s"]
+    )
+    return runner, SystemFacts(version=reported_version(attribute), replayable=can_replay(runner.system))
+
+
+def work(settings: dict[str, Any], channel: socket.socket) -> None:
+    """A worker's life: build the system, then one case per line until the channel closes."""
+    try:
+        runner, facts = start(settings)
+    except ProjectError as error:
+        send(channel, WorkerMessage(failed=error.problems))
+        leave()
+    except BaseException as error:  # noqa: BLE001 - SystemExit too: one line, never an exit
+        where = f"{Path(settings['spec']['project_root']) / PROJECT_FILE}: system.callable"
+        problem = f"{where}: building {settings['spec']['callable']} failed: {type(error).__name__}: {error}"
+        send(channel, WorkerMessage(failed=[problem]))
+        leave()
+    send(channel, WorkerMessage(ready=facts))
+    for line in channel.makefile("rb"):
+        try:
+            answer = serve(runner, TASKS.validate_json(line))
+        except SystemExit as leaving:  # the system asked its process to end: it does
+            leave(exit_code(leaving))
+        except Exception as error:  # the task itself could not be served (never the system's failures)
+            answer = WorkerMessage(problem=f"the worker could not run this case: {type(error).__name__}: {error}")
+        send(channel, answer)
+        if answer.retire:
+            break
+    leave()
+
+
+def report_ended(channels: dict[int, socket.socket]) -> None:
+    """Reap the workers that ended and tell each one's supervisor how, on its channel (the
+    leading newline ends any answer the worker was cut off in the middle of)."""
+    while channels:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        channel = channels.pop(pid, None)
+        if channel is None:
+            continue
+        channel.setblocking(False)  # a supervisor that stopped reading must not stall the server
+        try:
+            channel.send(b"\n" + json.dumps({"ended": os.waitstatus_to_exitcode(status)}).encode() + b"\n")
+        except OSError:
+            pass
+        channel.close()
+
+
+def stop_all(channels: dict[int, socket.socket]) -> None:
+    for pid in channels:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def fork_server(control: socket.socket) -> None:
+    """Fork a worker per request on `control` (settings, plus the worker's end of its
+    channel), answer with its pid; end when `control` closes, stopping any worker still
+    running (its supervisor is gone, and a hung case would otherwise run on)."""
+    wake_read, wake_write = os.pipe()
+    os.set_blocking(wake_write, False)
+    signal.set_wakeup_fd(wake_write)  # a SIGCHLD wakes the loop below
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+    selector = selectors.DefaultSelector()
+    selector.register(control, selectors.EVENT_READ)
+    selector.register(wake_read, selectors.EVENT_READ)
+    channels: dict[int, socket.socket] = {}
+    while True:
+        for key, _ in selector.select():
+            if key.fileobj is not control:
+                os.read(wake_read, 4096)
+                continue
+            message, fds, _, _ = socket.recv_fds(control, 1 << 16, 1)
+            if not message:  # the evaluating process is gone: so is every case it asked for
+                stop_all(channels)
+                leave()
+            channel = socket.socket(fileno=fds[0])
+            pid = os.fork()
+            if pid == 0:
+                # The worker: nothing of the server's stays open in it, and it leads a
+                # process group of its own, which stopping it stops whole.
+                signal.set_wakeup_fd(-1)
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                selector.close()
+                control.close()
+                os.close(wake_read)
+                os.close(wake_write)
+                for other in channels.values():
+                    other.close()
+                os.setsid()
+                work(json.loads(message), channel)
+            channels[pid] = channel
+            control.send(json.dumps({"pid": pid}).encode())
+        report_ended(channels)
+
+
+if __name__ == "__main__":
+    fork_server(socket.socket(fileno=int(sys.argv[1])))

@@ -1,0 +1,140 @@
+"""Stored tables read a column at a time: a stage reads the few key columns it compares, and
+decodes rows only for the work left to do, so a rerun with nothing to do never reads a
+trajectory, and a large table is never turned into objects all at once."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Iterable
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .layout import StoredTableError, _short_reason, table_path
+from .tables import required_columns, rows_from_frame
+
+# A stored table that cannot be read is rebuilt by the run that finds it: said as a warning
+# (the CLI prints it as a `warning:` line; under Dagster it reaches the step's log).
+log = logging.getLogger("oloproof_pipeline")
+
+Part = Path | pd.DataFrame
+
+
+def table_of(path: Path) -> str:
+    """The table a stored file is: `tables/<table>.parquet` or `tables/<table>/<version>.parquet`."""
+    return path.stem if path.parent.name == "tables" else path.parent.name
+
+
+class StoredTable:
+    """A stored table (or several stacked, as the cases and their copies are), read a column
+    at a time as a stage needs it (each column at most once), its rows decoded only where
+    asked. Columns a file lacks (cache keys of a table written before they existed) read as
+    nulls; a file that cannot be read, or is not its table, is a `StoredTableError`."""
+
+    def __init__(self, *parts: Part | None):
+        self._parts = [part for part in parts if isinstance(part, pd.DataFrame) or (part is not None and Path(part).exists())]
+        self._read: dict[str, pd.Series] = {}
+        self._shapes: list[tuple[list[str], int]] | None = None
+
+    @classmethod
+    def of(cls, frame: pd.DataFrame | None) -> "StoredTable":
+        return cls(frame)
+
+    @classmethod
+    def at(cls, project_root: Path, *tables: str, partition: str | None = None) -> "StoredTable":
+        """The project's stored `tables`, stacked (each of `partition`, when given)."""
+        return cls(*(table_path(project_root, table, partition) for table in tables))
+
+    @property
+    def exists(self) -> bool:
+        return bool(self._parts)
+
+    @property
+    def modified_ns(self) -> int | None:
+        """When its newest file was written (None for tables in memory or none at all)."""
+        times = [part.stat().st_mtime_ns for part in self._parts if isinstance(part, Path)]
+        return max(times) if times else None
+
+    def _part_shapes(self) -> list[tuple[list[str], int]]:
+        """(column names, rows) of each part, from the Parquet footer alone."""
+        if self._shapes is None:
+            shapes = []
+            for part in self._parts:
+                if isinstance(part, pd.DataFrame):
+                    shapes.append((list(part.columns), len(part)))
+                    continue
+                metadata = self._footer(part)
+                names = list(metadata.schema.names)
+                missing = [name for name in required_columns(table_of(part)) if name not in names]
+                if missing:
+                    more = " ..." if len(missing) > 3 else ""
+                    raise StoredTableError(part, f"not a {table_of(part)} table: no column {', '.join(missing[:3])}{more}")
+                shapes.append((names, metadata.num_rows))
+            self._shapes = shapes
+        return self._shapes
+
+    @staticmethod
+    def _footer(path: Path) -> pq.FileMetaData:
+        try:
+            return pq.ParquetFile(path).metadata
+        except (OSError, ValueError, pa.ArrowException) as error:
+            empty = path.is_file() and path.stat().st_size == 0
+            raise StoredTableError(path, "the file is empty" if empty else _short_reason(error)) from None
+
+    def readable(self, instead: str) -> "StoredTable":
+        """This table, or none at all when it cannot be read: a warning says so and what is
+        done `instead` (the run rebuilds it)."""
+        try:
+            self._part_shapes()
+            return self
+        except StoredTableError as error:
+            log.warning(f"{error.path}: stored table cannot be read; {instead}")
+            return StoredTable()
+
+    @property
+    def names(self) -> list[str]:
+        return list(dict.fromkeys(name for names, _ in self._part_shapes() for name in names))
+
+    def __len__(self) -> int:
+        return sum(rows for _, rows in self._part_shapes())
+
+    def _read_part(self, part: Part, names: list[str], rows: int, wanted: list[str]) -> dict[str, pd.Series]:
+        present = [name for name in wanted if name in names]
+        if isinstance(part, pd.DataFrame):
+            read = {name: part[name].reset_index(drop=True) for name in present}
+        elif present:
+            try:
+                read = dict(pq.read_table(part, columns=present).to_pandas().items())
+            except (OSError, ValueError, pa.ArrowException) as error:
+                raise StoredTableError(part, _short_reason(error)) from None
+        else:
+            read = {}
+        return {name: read.get(name, pd.Series([None] * rows, dtype=object)) for name in wanted}
+
+    def columns(self, *names: str) -> pd.DataFrame:
+        """The named columns (nulls for any the table lacks), read once each."""
+        wanted = [name for name in dict.fromkeys(names) if name not in self._read]
+        if wanted:
+            pieces = [self._read_part(part, part_names, rows, wanted) for part, (part_names, rows) in zip(self._parts, self._part_shapes())]
+            for name in wanted:
+                columns = [piece[name] for piece in pieces]
+                self._read[name] = (
+                    pd.concat(columns, ignore_index=True) if len(columns) > 1
+                    else columns[0] if columns else pd.Series([], dtype=object)
+                )
+        return pd.DataFrame({name: self._read[name] for name in names})
+
+    def whole(self, schema: pa.Schema | None = None) -> pd.DataFrame:
+        """Every column (of `schema` when given, nulls for those the table lacks)."""
+        return self.columns(*(schema.names if schema is not None else self.names))
+
+    def rows(self, positions: Iterable[int], names: Iterable[str], nested: Iterable[str] = ()) -> list[dict[str, Any]]:
+        """The rows at `positions` as plain dicts of `names`, JSON text parsed in `nested`."""
+        names, positions = list(names), list(positions)
+        if not positions:
+            return []
+        frame = self.columns(*names).iloc[positions]
+        return rows_from_frame(frame, [name for name in nested if name in names])
+

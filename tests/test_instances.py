@@ -1,0 +1,148 @@
+"""Which Dagster instance a project's runs go to: one instance per workspace, shared by the CLI
+and `dagster dev`; a project's history never split over two instances, and no project recording
+into an instance kept inside another project's folder."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from dagster import (
+    DagsterInstance,
+    RunRequest,
+    SkipReason,
+    build_schedule_context,
+    build_sensor_context,
+)
+
+from oloproof_pipeline.defs import EVALUATE_JOB, build_definitions, versions_partitions
+from oloproof_pipeline.defs.instance import ensure_home, project_location, workspace_home
+from oloproof_pipeline.project import load_project
+
+from conftest import write_project
+
+OLOPROOF = str(Path(sys.executable).parent / "oloproof")
+APP = """
+import copy
+
+
+class System:
+    def __init__(self):
+        self.state = {}
+
+    def reset(self, state):
+        self.state = state
+
+    def snapshot(self):
+        return copy.deepcopy(self.state)
+
+    def __call__(self, request):
+        self.state["done"] = True
+        return {"answer": "ok"}
+"""
+DEFINITIONS = "from pathlib import Path\n\nfrom oloproof_pipeline.defs import build_definitions\n\n" \
+    "defs = build_definitions(Path(__file__).parent)\n"
+
+
+def project(root: Path, name: str) -> Path:
+    """A one-case project named `name`, with the `definitions.py` a code location loads."""
+    case = {"id": "c1", "input": {"n": "1"}, "initial_state": {"done": False}, "expected": {"state": {"done": True}}}
+    write_project(root, app=APP, cases=[case], rules=[])  # no rules: the gate allows, exit 0
+    config = root / "oloproof.yaml"
+    config.write_text(config.read_text().replace('"project": "tiny"', f'"project": "{name}"'))
+    (root / "definitions.py").write_text(DEFINITIONS)
+    return root
+
+
+def oloproof_run(root: Path, dagster_home: Path | None = None) -> subprocess.CompletedProcess:
+    environment = {key: value for key, value in os.environ.items() if key != "DAGSTER_HOME"}
+    if dagster_home is not None:
+        environment["DAGSTER_HOME"] = str(dagster_home)
+    return subprocess.run([OLOPROOF, "run", "--project", str(root)], capture_output=True, text=True, timeout=300,
+                          env=environment)
+
+
+def runs_of(home: Path) -> list:
+    with DagsterInstance.from_config(str(home)) as instance:
+        return list(instance.get_runs())
+
+
+def automation(root: Path):
+    definitions = build_definitions(root)
+    [sensor] = definitions.sensors
+    [schedule] = definitions.schedules
+    return sensor, schedule
+
+
+@pytest.fixture
+def workspace(tmp_path) -> tuple[Path, Path, Path]:
+    """Two projects under one workspace file, as the repo's examples are."""
+    first = project(tmp_path / "projects" / "first", "first")
+    second = project(tmp_path / "projects" / "second", "second")
+    (tmp_path / "workspace.yaml").write_text(
+        "load_from:\n"
+        "  - python_file: {relative_path: projects/first/definitions.py, location_name: first_desk}\n"
+        "  - python_file: {relative_path: projects/second/definitions.py, location_name: second_desk}\n"
+    )
+    return tmp_path, first, second
+
+
+def test_the_cli_records_into_the_workspace_instance_under_the_projects_location(workspace):
+    folder, first, second = workspace
+    home = folder / ".oloproof" / "dagster_home"
+    assert workspace_home(first) == workspace_home(second) == home.resolve()
+    assert project_location(first).name == "first_desk"
+    ran = oloproof_run(first)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    [run] = runs_of(home)
+    assert run.remote_job_origin.location_name == "first_desk" and run.job_name == EVALUATE_JOB
+    assert (first / ".oloproof" / "dagster_instance").read_text().strip() == str(home.resolve())
+    assert not (first / ".oloproof" / "dagster_home").exists()  # no second history beside the project's
+
+
+def test_a_project_never_records_into_an_instance_kept_in_another_project(tmp_path):
+    """The issue's case: DAGSTER_HOME set to one project's instance while another project runs."""
+    owner = project(tmp_path / "owner", "owner")
+    guest = project(tmp_path / "guest", "guest")
+    assert oloproof_run(owner).returncode == 0  # no workspace loads it: its own home
+    owner_home = owner / ".oloproof" / "dagster_home"
+    [owner_run] = runs_of(owner_home)
+    assert owner_run.remote_job_origin.location_name == "definitions.py"  # `dagster dev -f definitions.py`
+
+    refused = oloproof_run(guest, dagster_home=owner_home)
+    assert refused.returncode == 2
+    assert f"belongs to the project in {owner.resolve()}" in refused.stderr and len(refused.stderr.splitlines()) == 1
+    with DagsterInstance.from_config(str(owner_home)) as instance:
+        sensor, schedule = automation(guest)
+        for ticked in (sensor(build_sensor_context(instance=instance)), schedule(build_schedule_context(instance=instance))):
+            assert isinstance(ticked, SkipReason) and "belongs to the project in" in ticked.skip_message
+        # A run launched there by hand fails at its first step, before recording anything.
+        instance.add_dynamic_partitions(versions_partitions(load_project(guest)).name, ["1.0.0"])
+        result = build_definitions(guest).resolve_job_def(EVALUATE_JOB).execute_in_process(
+            partition_key="1.0.0", instance=instance, raise_on_error=False
+        )
+    assert not result.success
+    assert not (guest / ".oloproof" / "tables").exists()
+    assert [run.remote_job_origin.location_name for run in runs_of(owner_home) if run.remote_job_origin] == ["definitions.py"]
+
+
+def test_a_projects_history_is_never_split_over_two_instances(workspace, tmp_path):
+    folder, first, _ = workspace
+    assert oloproof_run(first).returncode == 0
+    elsewhere = ensure_home(tmp_path / "elsewhere")
+    refused = oloproof_run(first, dagster_home=elsewhere)
+    assert refused.returncode == 2
+    assert "its run history is in" in refused.stderr and str(folder / ".oloproof" / "dagster_home") in refused.stderr
+    assert runs_of(elsewhere) == []
+    with DagsterInstance.from_config(str(elsewhere)) as instance:
+        sensor, _ = automation(first)
+        assert isinstance(sensor(build_sensor_context(instance=instance)), SkipReason)
+    # Where the history is, the automation works as before.
+    with DagsterInstance.from_config(str(folder / ".oloproof" / "dagster_home")) as instance:
+        _, schedule = automation(first)
+        assert isinstance(schedule(build_schedule_context(instance=instance)), RunRequest)
+    again = oloproof_run(first)  # no DAGSTER_HOME: the pinned home
+    assert again.returncode == 0 and len(runs_of(folder / ".oloproof" / "dagster_home")) == 2
