@@ -868,6 +868,11 @@ def html_report(
     )
 
 
+def report_path(project_root: Path, version: str) -> Path:
+    """Where a version's report is written by default (by the gate asset and `oloproof report`)."""
+    return reports_dir(project_root) / f"report-{version}.html"
+
+
 def write_html_report(
     project_root: Path,
     results: VersionResults,
@@ -878,7 +883,7 @@ def write_html_report(
 ) -> Path:
     """One self-contained HTML file: no network is needed to view it. `replays` default to
     the version's stored fault replays."""
-    path = path or reports_dir(project_root) / f"report-{results.version}.html"
+    path = path or report_path(project_root, results.version)
     if replays is None:
         replays = load_replays(project_root, results.version)
     text = html_report(
