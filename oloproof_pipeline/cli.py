@@ -39,7 +39,16 @@ from .model.outcomes import (
     exit_code_for,
 )
 from .project import load_project
-from .read.reports import METHOD_NAMES, format_rate, short_run_id
+from .read.reports import (
+    METHOD_NAMES,
+    call_text,
+    case_panel,
+    flagged_buckets,
+    format_rate,
+    report_path,
+    short_run_id,
+    write_html_report,
+)
 from .store.journal import log as evidence_log
 from .store.layout import OUTPUT_DIR, StorageWriteError, StoredTableError, read_table, stored_partitions
 from .store.tables import GATE_NESTED, rows_from_frame
@@ -176,12 +185,12 @@ def run(
     from .defs.launch import run_evaluation
 
     root = project.resolve()
-    with stdout_to_stderr(enabled=as_json), blocked_gate_without_stack_trace(enabled=verbose):
+    with stdout_to_stderr(enabled=as_json):
         with journal_progress(root, default_version(project), enabled=not (verbose or as_json)), instance_writes(project):
             evaluation = run_evaluation(
                 project, fresh=fresh, ungated=ungated, log_level="INFO" if verbose else "CRITICAL"
             )
-    summary = run_summary(root, evaluation.run_id)
+    summary = run_summary(root, evaluation.version, evaluation.run_id)
     if evaluation.errors:
         if as_json:
             print_json({"version": evaluation.version, "run_id": evaluation.run_id, "gate": None, "rules": [],
@@ -232,15 +241,19 @@ class RunSummary:
     """What a run did, read from its materializations' metadata: cases recorded and reused,
     replays run and reused, verdicts judged, and where to look next."""
 
-    def __init__(self, project_root: Path, metadata: dict[str, dict[str, Any]]):
+    def __init__(self, project_root: Path, version: str, metadata: dict[str, dict[str, Any]]):
         self.project_root = project_root
+        self.version = version
         self.metadata = metadata
 
     def _value(self, asset: str, key: str, default: Any = 0) -> Any:
         return self.metadata.get(asset, {}).get(key, default)
 
     def counts(self) -> dict[str, Any]:
-        verdicts = self._value("verdicts", "outcome_counts", {}) or {}
+        from .read.results import outcome_counts
+
+        stored = read_table(self.project_root, "verdicts", self.version)
+        verdicts = outcome_counts(stored) if stored is not None else {}
         return {
             "cases_recorded": self._value("recorded_runs", "cases_new"),
             "cases_reused": self._value("recorded_runs", "cases_reused"),
@@ -269,7 +282,8 @@ class RunSummary:
         )
 
     def report_path(self) -> str | None:
-        return self._value("gate", "report_path", None)
+        path = report_path(self.project_root, self.version)
+        return str(path) if path.is_file() else None
 
     def dagster_dev_command(self) -> str:
         """The README's line with this project's own paths: the instance the run is in."""
@@ -292,7 +306,7 @@ class RunSummary:
         }
 
 
-def run_summary(project_root: Path, run_id: str) -> RunSummary:
+def run_summary(project_root: Path, version: str, run_id: str) -> RunSummary:
     from dagster import DagsterEventType
 
     from .defs.instance import project_instance
@@ -302,7 +316,7 @@ def run_summary(project_root: Path, run_id: str) -> RunSummary:
         materialization = entry.asset_materialization
         if materialization is not None:
             metadata[materialization.asset_key.path[-1]] = {key: value.value for key, value in materialization.metadata.items()}
-    return RunSummary(project_root, metadata)
+    return RunSummary(project_root, version, metadata)
 
 
 @contextmanager
@@ -323,37 +337,6 @@ def stdout_to_stderr(*, enabled: bool) -> Iterator[None]:
         os.close(saved)
 
 
-class _GateCheckLogger(logging.Logger):
-    """The class of Dagster's console logger under `run --verbose`: a blocked gate is a
-    decision, not a crash, so the failed gate check's step and run failures print as their
-    one-line message, without Dagster's stack trace of DagsterAssetCheckFailedError."""
-
-    def __init__(self, name: str, level: int | str = logging.NOTSET):
-        super().__init__(name, level)
-        self.addFilter(_drop_gate_check_trace)
-
-
-def _drop_gate_check_trace(record: logging.LogRecord) -> bool:
-    message = str(record.msg)
-    if "DagsterAssetCheckFailedError" in message:
-        record.msg = message.split("\n\n", 1)[0] + " (the gate blocks; see the decisions below)"
-    return True
-
-
-@contextmanager
-def blocked_gate_without_stack_trace(*, enabled: bool) -> Iterator[None]:
-    """Dagster builds its console logger with logging.getLoggerClass() when the run starts."""
-    if not enabled:
-        yield
-        return
-    previous = logging.getLoggerClass()
-    logging.setLoggerClass(_GateCheckLogger)
-    try:
-        yield
-    finally:
-        logging.setLoggerClass(previous)
-
-
 def print_json(document: dict[str, Any]) -> None:
     """One JSON document on stdout (NaN refused: it is not JSON)."""
     sys.stdout.write(json.dumps(document, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
@@ -362,8 +345,6 @@ def print_json(document: dict[str, Any]) -> None:
 
 def show_flagged_buckets(project_dir: Path, version: str) -> None:
     """Slice buckets that differ from the rest (exploratory: never gated)."""
-    from .read.reports import flagged_buckets
-
     for line in flagged_buckets(read_table(project_dir.resolve(), "slices", version)):
         console.print(f"[yellow]slice flagged[/] {line}", highlight=False, soft_wrap=True)
 
@@ -627,7 +608,6 @@ def inspect(
     version: Optional[str] = VERSION_OPTION,
 ) -> None:
     """Print a case's panel: input, answer, compared state paths, tool calls, verdicts and run ids."""
-    from .read.reports import case_panel
     from .read.results import load_replays
 
     loaded, results = stored_results(project, version)
@@ -681,8 +661,6 @@ def inspect(
 
 def side_by_side(title: str, left: str, right: str, rows, marked) -> Table:
     """Two runs' tool calls, row by row; `marked` is the call number to highlight."""
-    from .read.reports import call_text
-
     table = Table(title=title, title_justify="left")
     table.add_column("#", no_wrap=True)
     table.add_column(left, overflow="fold", ratio=1)
@@ -730,8 +708,6 @@ def report(
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Where to write the HTML file."),
 ) -> None:
     """Write one offline HTML report: gate, metrics with intervals, slices, a panel per case."""
-    from .read.reports import write_html_report
-
     check_output_file(output, "report")
     loaded, results = stored_results(project, version)
     path = write_html_report(loaded.root, results, loaded.name, output)

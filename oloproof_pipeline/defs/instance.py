@@ -102,7 +102,9 @@ def pinned_home(project_root: Path) -> Path | None:
     pin = instance_pin_path(project_root)
     if not pin.is_file():
         return None
-    home = Path(pin.read_text(encoding="utf-8").strip())
+    # A home inside the project is pinned relative to it, so a copied or moved project keeps
+    # its own history instead of pointing at the folder it came from.
+    home = Path(project_root).resolve() / Path(pin.read_text(encoding="utf-8").strip())
     return home if home.is_dir() else None
 
 
@@ -152,7 +154,9 @@ def claim_instance(project_root: Path, instance: DagsterInstance) -> None:
     pin = instance_pin_path(project_root)
     with file_lock(pin.with_name(pin.name + ".lock")):
         if pinned_home(project_root) is None:
-            pin.write_text(str(Path(instance.root_directory).resolve()) + "\n", encoding="utf-8")
+            home, root = Path(instance.root_directory).resolve(), Path(project_root).resolve()
+            pinned = home.relative_to(root) if home.is_relative_to(root) else home
+            pin.write_text(f"{pinned}\n", encoding="utf-8")
 
 
 # -- the instance ----------------------------------------------------------------------------

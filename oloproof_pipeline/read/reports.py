@@ -907,6 +907,7 @@ def html_report(
 
 
 def report_path(project_root: Path, version: str) -> Path:
+    """Where a version's report is written by default (by the gate asset and `oloproof report`)."""
     return reports_dir(project_root) / f"report-{version}.html"
 
 
