@@ -34,7 +34,8 @@ class StoredTable:
     nulls; a file that cannot be read, or is not its table, is a `StoredTableError`."""
 
     def __init__(self, *parts: Part | None):
-        self._parts = [part for part in parts if isinstance(part, pd.DataFrame) or (part is not None and Path(part).exists())]
+        # A folder in a table's place is no table at all: writing it again says what is wrong.
+        self._parts = [part for part in parts if isinstance(part, pd.DataFrame) or (part is not None and Path(part).is_file())]
         self._read: dict[str, pd.Series] = {}
         self._shapes: list[tuple[list[str], int]] | None = None
 
