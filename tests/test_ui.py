@@ -215,7 +215,7 @@ def test_a_blocked_evaluation_is_a_green_run_and_the_gate_reads_at_a_glance(work
     page = rendered(f"{base}/assets/refund_desk/gate?partition=1.0.0", tmp_path / "profile", "gate-asset.png")
     # The rules are on the page itself, not behind "[Show Markdown]" or "[Show JSON]".
     assert "refund_failures" in page and "passed/judged 0/12" in page
-    assert "interval [0.000, 0.265] exact" in page and "upper 0.26 &lt; min 0.80" in page
+    assert "interval [0.000, 0.265] exact" in page and "upper 0.265 &lt; min 0.8" in page
     assert page.index("passed/judged 0/12") < page.index("reports/report-1.0.0.html")  # the rules come first
 
 
