@@ -12,10 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Generic, Iterator, TypeVar
 
-import pandas as pd
 from pydantic import BaseModel, ValidationError
 
-from .layout import StorageWriteError, StoredTableError, journal_path, read_table, sandbox_lock_path
+from .layout import StorageWriteError, journal_path, sandbox_lock_path
 
 # Warnings about stored evidence (a skipped journal line, a table rebuilt from its journal):
 # the CLI prints them as `warning:` lines; under Dagster they reach the step's log.
@@ -172,18 +171,6 @@ class Journal:
             self.path.unlink(missing_ok=True)
         except OSError as error:
             raise StorageWriteError(self.path, error) from None
-
-
-def stored_work(project_root: Path, table: str, partition: str) -> pd.DataFrame | None:
-    """A stored table of finished work (recordings, replays). One that cannot be read is set
-    aside with a warning: its journal holds every row it was written from, so the work is
-    found there and nothing is lost or has to be deleted by hand."""
-    try:
-        return read_table(project_root, table, partition)
-    except StoredTableError as error:
-        journal = journal_path(project_root, table, partition)
-        log.warning(f"{error.path}: stored table cannot be read; using the journal {journal} instead")
-        return None
 
 
 @contextmanager

@@ -4,7 +4,6 @@ trajectory, and a large table is never turned into objects all at once."""
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -12,12 +11,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .journal import log
 from .layout import StoredTableError, _short_reason, table_path
 from .tables import required_columns, rows_from_frame
-
-# A stored table that cannot be read is rebuilt by the run that finds it: said as a warning
-# (the CLI prints it as a `warning:` line; under Dagster it reaches the step's log).
-log = logging.getLogger("oloproof_pipeline")
 
 Part = Path | pd.DataFrame
 
@@ -85,8 +81,8 @@ class StoredTable:
             raise StoredTableError(path, "the file is empty" if empty else _short_reason(error)) from None
 
     def readable(self, instead: str) -> "StoredTable":
-        """This table, or none at all when it cannot be read: a warning says so and what is
-        done `instead` (the run rebuilds it)."""
+        """This table, or none at all when it cannot be read: a warning (printed by the CLI as
+        a `warning:` line) says so and what is done `instead`; the run rebuilds the table."""
         try:
             self._part_shapes()
             return self
