@@ -156,6 +156,22 @@ def test_adding_one_case_records_exactly_that_case_its_copies_and_its_replays(co
     assert "3 cases recorded: new case" in why(instance) and "1 replay replayed: new case" in why(instance)
 
 
+def test_tables_stored_before_cache_keys_are_still_read_and_their_work_done_again(counted_desk, instance):
+    evaluate(counted_desk, instance)
+    called = calls(counted_desk)
+    for table, keys in (("recorded_runs", ["code_fingerprint", "code_files", "recording_key"]),
+                        ("verdicts", ["evaluator_digest", "recording_key", "inputs_key"])):
+        path = table_path(counted_desk, table, "1.0.0")
+        pd.read_parquet(path).drop(columns=keys).to_parquet(path, index=False)  # as an older release wrote it
+
+    evaluation = evaluate(counted_desk, instance)
+    # No key says which code made the recordings, so none is trusted: each is made again.
+    assert f"{CASES} cases re-recorded: system code changed (no code fingerprint stored with the recording)" in why(instance)
+    assert calls(counted_desk) == 2 * called
+    assert f"{CASES} verdicts for state_correct re-judged: no cache key stored with the verdict" in why(instance)
+    assert set(verdicts_table(counted_desk)["judged_by_run"]) == {evaluation.run_id}
+
+
 # -- equality before diff ----------------------------------------------------------------------
 
 

@@ -256,7 +256,9 @@ def why_judged(wanted: WantedVerdicts, entries: np.ndarray, positions: np.ndarra
             reason = "new case" if criterion in known_criteria or not known_criteria else "new evaluator"
             summary.why[(criterion, JUDGED, reason)] += 1
             continue
-        if evaluator_digests[position] != wanted.evaluator_digests[entry]:
+        if evaluator_digests[position] is None:
+            reason = "no cache key stored with the verdict"
+        elif evaluator_digests[position] != wanted.evaluator_digests[entry]:
             reason = "evaluator changed"
         elif recordings[position] != wanted.recording_keys[entry]:
             reason = "recording changed"
