@@ -172,25 +172,41 @@ def run(
         False, "--ungated", help="Record and judge without a release policy: print the verdict counts, decide nothing, exit 0."
     ),
     verbose: bool = typer.Option(False, "--verbose", help="Show Dagster's log as the run goes."),
+    launch: bool = typer.Option(
+        False, "--launch", help="Launch a Dagster run even when nothing changed since the last complete one."
+    ),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Record, judge and gate the system's current version; exit with the gate's code."""
     from .model.config import check_release_policy
+    from .model.fingerprints import run_inputs_digest
+    from .run.supervisor import start_fork_server
+    from .run.system import current_system_version
+    from .store.stamps import forget_run_stamp, unchanged_since, write_run_stamp
 
     # A bad file is found before Dagster is even imported, and before the system is.
-    check_release_policy(load_project(project), ungated=ungated)
-    from .run.supervisor import start_fork_server
-
+    evaluated = load_project(project)
+    check_release_policy(evaluated, ungated=ungated)
     start_fork_server()  # the system's worker processes get ready while Dagster is imported
+    root = project.resolve()
+    version = current_system_version(evaluated)
+    inputs_digest = run_inputs_digest(evaluated)
+    stamp = None if fresh or launch else unchanged_since(root, version=version, ungated=ungated, inputs_digest=inputs_digest)
+    if stamp is not None:
+        show_unchanged_run(root, stamp, as_json=as_json)
+        return
+    forget_run_stamp(root, version)
     from .defs.launch import run_evaluation
 
-    root = project.resolve()
     with stdout_to_stderr(enabled=as_json):
-        with journal_progress(root, default_version(project), enabled=not (verbose or as_json)), instance_writes(project):
+        with journal_progress(root, version, enabled=not (verbose or as_json)), instance_writes(project):
             evaluation = run_evaluation(
                 project, fresh=fresh, ungated=ungated, log_level="INFO" if verbose else "CRITICAL"
             )
     summary = run_summary(root, evaluation.version, evaluation.run_id)
+    if not evaluation.errors and summary.complete():
+        write_run_stamp(root, version=evaluation.version, ungated=ungated, inputs_digest=inputs_digest,
+                        run_id=evaluation.run_id, dagster_dev=summary.dagster_dev_command())
     if evaluation.errors:
         if as_json:
             print_json({"version": evaluation.version, "run_id": evaluation.run_id, "gate": None, "rules": [],
@@ -214,6 +230,28 @@ def run(
         console.print(line, highlight=False, soft_wrap=True)
     show_flagged_buckets(project, evaluation.version)
     show_gate(project, evaluation.version, ungated=ungated)
+
+
+def show_unchanged_run(project_root: Path, stamp: Any, *, as_json: bool) -> None:
+    """A rerun with nothing changed launches nothing: the stored results are the ones a run
+    would reuse, so they are shown as they stand, with the run that made them."""
+    summary = RunSummary(project_root, stamp.version, {}, dagster_dev=stamp.dagster_dev)
+    why = (f"nothing changed since Dagster run {stamp.run_id} completed at {stamp.finished_at}: "
+           "no run launched, nothing recorded, replayed or judged (--launch runs it anyway)")
+    if as_json:
+        document = gate_document(project_root, stamp.version, ungated=stamp.ungated)
+        print_json({**document, "run_id": stamp.run_id, **summary.document(), "why": [why]})
+        raise typer.Exit(document["gate"]["exit_code"])
+    verdicts = summary.counts()["verdicts"]
+    console.print(
+        f"Version {stamp.version} is up to date: " + ", ".join(f"{count} {outcome}" for outcome, count in verdicts.items()) + ".",
+        highlight=False,
+    )
+    console.print(f"  {why}", highlight=False, soft_wrap=True)
+    for line in summary.where_lines():
+        console.print(line, highlight=False, soft_wrap=True)
+    show_flagged_buckets(project_root, stamp.version)
+    show_gate(project_root, stamp.version, ungated=stamp.ungated)
 
 
 @contextmanager
@@ -241,10 +279,12 @@ class RunSummary:
     """What a run did, read from its materializations' metadata: cases recorded and reused,
     replays run and reused, verdicts judged, and where to look next."""
 
-    def __init__(self, project_root: Path, version: str, metadata: dict[str, dict[str, Any]]):
+    def __init__(self, project_root: Path, version: str, metadata: dict[str, dict[str, Any]], *,
+                 dagster_dev: str | None = None):
         self.project_root = project_root
         self.version = version
         self.metadata = metadata
+        self._dagster_dev = dagster_dev
 
     def _value(self, asset: str, key: str, default: Any = 0) -> Any:
         return self.metadata.get(asset, {}).get(key, default)
@@ -270,6 +310,11 @@ class RunSummary:
         """Why anything was recorded, replayed, judged or decided again, in the order the assets ran."""
         return [line for values in self.metadata.values() for line in values.get("why", [])]
 
+    def complete(self) -> bool:
+        """Every case and replay recorded: a rerun would have nothing to retry."""
+        counts = self.counts()
+        return not (counts["cases_failed"] or counts["replays_failed"])
+
     def counts_text(self) -> str:
         counts = self.counts()
         failed = lambda count: f", {count} failed" if count else ""  # noqa: E731
@@ -287,6 +332,8 @@ class RunSummary:
 
     def dagster_dev_command(self) -> str:
         """The README's line with this project's own paths: the instance the run is in."""
+        if self._dagster_dev is not None:
+            return self._dagster_dev
         from .defs.instance import instance_home
 
         home = f"DAGSTER_HOME={shlex.quote(str(instance_home(self.project_root)))}"
@@ -510,7 +557,9 @@ def show_violations(project_dir: Path, version: str) -> None:
     from .store.tables import VERDICT_NESTED
 
     frame = read_table(project_dir.resolve(), "verdicts", version)
-    summary = violation_summary(rows_from_frame(frame, VERDICT_NESTED)) if frame is not None else []
+    # Only a FAIL carries violations: decode those rows, not every verdict.
+    failed = frame[frame["outcome"] == FAIL] if frame is not None else None
+    summary = violation_summary(rows_from_frame(failed, VERDICT_NESTED)) if failed is not None else []
     if not summary:
         return
     table = Table(title="Violations caught (step = tool call number)", title_justify="left", box=box.SIMPLE_HEAD,
