@@ -718,19 +718,30 @@ def report(
 def export(
     project: Path = PROJECT_OPTION,
     version: Optional[str] = VERSION_OPTION,
-    format: str = typer.Option("jsonl", "--format", help="Only jsonl for now."),
+    format: str = typer.Option(
+        "jsonl", "--format", help="jsonl (a line per case), junit (XML for CI test reports) or markdown (a CI job summary)."
+    ),
     output: Optional[Path] = typer.Option(
         None, "--output", "-o", help="Where to write (default under .oloproof/exports); '-' for stdout."
     ),
+    base: Optional[str] = typer.Option(
+        None, "--base", help="markdown: the version to list newly broken cases against (default: the one before).",
+        callback=checked_version,
+    ),
 ) -> None:
-    """Write one JSON line per case and run: task_id, run_id, scores per grader, violated constraints."""
+    """Write a stored version's results: JSON lines per case, JUnit XML, or a Markdown summary."""
     from .read.export import write_jsonl, write_jsonl_to
     from .store.layout import output_dir
 
-    if format != "jsonl":
-        raise CommandFailed(f"unknown format {format!r}; use jsonl", EXIT_USAGE)
+    if format not in EXPORT_SUFFIXES:
+        raise CommandFailed(f"unknown format {format!r}; use {', '.join(EXPORT_SUFFIXES)}", EXIT_USAGE)
+    if base is not None and format != "markdown":
+        raise CommandFailed("--base is for --format markdown (the newly broken cases)", EXIT_USAGE)
     check_output_file(output, "export")
     loaded, results = stored_results(project, version)
+    if format != "jsonl":
+        write_ci_export(loaded, results, format, output, base)
+        return
     if output == Path("-"):
         count = write_jsonl_to(results, sys.stdout)
         sys.stdout.flush()
@@ -742,6 +753,49 @@ def export(
     except OSError as error:
         raise StorageWriteError(path, error) from None
     console.print(f"Wrote {count} lines to {path}")
+
+
+EXPORT_SUFFIXES = {"jsonl": "jsonl", "junit": "xml", "markdown": "md"}
+
+
+def write_ci_export(loaded, results, format: str, output: Path | None, base: str | None) -> None:
+    """JUnit XML or the Markdown summary, from the stored tables only."""
+    from .read.ci_export import junit_text, previous_version, summary_markdown
+    from .read.results import load_results
+    from .store.layout import output_dir, write_text_file
+
+    if format == "junit":
+        text = junit_text(results, loaded.name)
+    else:
+        judged = stored_partitions(loaded.root, "verdicts")
+        if base is not None:
+            stored_version(loaded.root, base, "verdicts")
+        if base is None and len(judged) > 1:  # the instance knows the order versions were added in
+            base = previous_version(results.version, versions_in_added_order(loaded), judged)
+        base_results = load_results(loaded.root, base) if base is not None else None
+        text = summary_markdown(results, loaded.name, base_results, loaded.release.confidence_level)
+    if output == Path("-"):
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    path = output or output_dir(loaded.root) / "exports" / f"results-{results.version}.{EXPORT_SUFFIXES[format]}"
+    write_text_file(path, text)
+    console.print(f"Wrote {format} results of version {results.version} to {path}", highlight=False, soft_wrap=True)
+
+
+def versions_in_added_order(loaded) -> list[str]:
+    """The versions in the order the project's Dagster instance added them (none before a run)."""
+    from .defs.instance import instance_home
+
+    home = instance_home(loaded.root)
+    if not (home / "dagster.yaml").is_file():
+        return []
+    from dagster import DagsterInstance
+
+    from .defs import versions_partitions
+
+    with DagsterInstance.from_config(str(home)) as instance:
+        return list(instance.get_dynamic_partitions(versions_partitions(loaded).name))
 
 
 @app.command()
@@ -847,16 +901,17 @@ def labels_import(
         error_console.print(f"[red]refused:[/red] {line}", highlight=False, soft_wrap=True)
     for path, count in outcome.appended.items():
         console.print(f"Appended {count} labels to {path}", highlight=False, soft_wrap=True)
-    left = [f"{count} {what}" for count, what in (
+    left = [f"{count} {'line' if count == 1 else 'lines'} {what}" for count, what in (
         (outcome.unfilled, "not filled in (kept blank)"), (outcome.already_labelled, "already labelled the same"),
         (outcome.disagreeing, "disagreeing with an earlier label (those pairs now count as rejected)"),
     ) if count]
     if not outcome.appended:
         console.print("No label appended.", highlight=False)
     if left:
-        console.print(f"Lines {'; '.join(left)}.", highlight=False, soft_wrap=True)
+        console.print(f"{'; '.join(left)}.", highlight=False, soft_wrap=True)
     if outcome.refused:
-        raise CommandFailed(f"{len(outcome.refused)} lines refused (the others were imported)", EXIT_USAGE)
+        count = len(outcome.refused)
+        raise CommandFailed(f"{count} {'line' if count == 1 else 'lines'} refused (the others were imported)", EXIT_USAGE)
 
 
 @labels_app.command("status")
