@@ -200,6 +200,12 @@ def test_each_refused_line_names_file_line_and_field_and_the_rest_are_imported(r
     assert all("\n" not in line for line in outcome.refused)
     assert label_status(project)[0].rejected == 1  # "no" was read as a rejection
 
+    # A second person keeps the pair the first rejected: appended, and the pair stays rejected.
+    second = refund_desk / "second.jsonl"
+    second.write_text(json.dumps({**good, "kept": True}) + "\n")
+    outcome = import_labels(project, second)
+    assert (outcome.appended_total, outcome.disagreeing, label_status(project)[0].rejected) == (1, 1, 1)
+
 
 def test_import_creates_a_missing_labels_file_and_completes_a_cut_last_line(refund_desk):
     injected = refund_desk / "labels" / "injected.jsonl"

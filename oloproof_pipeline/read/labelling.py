@@ -270,20 +270,36 @@ class _Pairs:
 
     @classmethod
     def of(cls, every: list[TransformPairs]) -> "_Pairs":
-        found = [(pairs, derived) for pairs in every for derived in pairs.copies]
-        return cls({derived.pair_digest: item for item in found for derived in [item[1]]},
-                   {derived.case_id: item for item in found for derived in [item[1]]})
+        by_digest, by_case = {}, {}
+        for pairs in every:
+            for derived in pairs.copies:
+                by_digest[derived.pair_digest] = by_case[derived.case_id] = (pairs, derived)
+        return cls(by_digest, by_case)
 
 
-def _checked_label(fields: dict[str, Any], pairs: _Pairs) -> tuple[TransformPairs, DerivedCaseRecord, str]:
+class NotFilledIn(Exception):
+    """A line whose `kept` is still blank: left for later, not refused."""
+
+
+@dataclass
+class _Accepted:
+    """A filled line that is a label of a current pair, as the line to append."""
+
+    pairs: TransformPairs
+    derived: DerivedCaseRecord
+    kept: bool
+    line: str
+
+
+def _checked_label(fields: dict[str, Any], pairs: _Pairs) -> _Accepted:
     """The line as a label line of a current pair, validated by the model that reads labels;
-    ValueError with `field: why` when it is not one, LookupError when `kept` is blank."""
+    ValueError with `field: why` when it is not one, NotFilledIn when `kept` is blank."""
     try:
         kept = kept_value(fields.get("kept"))
     except ValueError as error:
         raise ValueError(f"kept: {error}") from None
     if kept is None:
-        raise LookupError  # not labelled yet
+        raise NotFilledIn
     digest, case = fields.get("digest"), fields.get("case") or None
     found = pairs.by_digest.get(digest) if isinstance(digest, str) else None
     if found is None:
@@ -298,7 +314,7 @@ def _checked_label(fields: dict[str, Any], pairs: _Pairs) -> tuple[TransformPair
     data = {"case": derived.case_id, "digest": derived.pair_digest, "kept": kept}
     if isinstance(fields.get("note"), str) and fields["note"].strip():
         data["note"] = fields["note"].strip()
-    return transform_pairs, derived, label_line(data)
+    return _Accepted(transform_pairs, derived, kept, label_line(data))
 
 
 def _why_not_current(digest: Any, case: Any, pairs: _Pairs) -> str:
@@ -332,21 +348,21 @@ def import_labels(project: Project, path: Path) -> ImportOutcome:
         for filled in lines:
             where = f"{path}:{filled.line}"
             try:
-                transform_pairs, derived, line = _checked_label(filled.fields, pairs)
-            except LookupError:
+                accepted = _checked_label(filled.fields, pairs)
+            except NotFilledIn:
                 outcome.unfilled += 1
                 continue
             except ValueError as problem:
                 refused.append((filled.line, f"{where}: {problem}"))
                 continue
-            kept = json.loads(line)["kept"]
-            counted = said.setdefault(derived.pair_digest, {old.kept for old in transform_pairs.current_labels(derived)})
-            if kept in counted:
+            digest = accepted.derived.pair_digest
+            counted = said.setdefault(digest, {old.kept for old in accepted.pairs.current_labels(accepted.derived)})
+            if accepted.kept in counted:
                 outcome.already_labelled += 1
                 continue
             outcome.disagreeing += bool(counted)
-            counted.add(kept)
-            to_append.setdefault(transform_pairs.labels_file, []).append(line)
+            counted.add(accepted.kept)
+            to_append.setdefault(accepted.pairs.labels_file, []).append(accepted.line)
         for labels_file, labels in to_append.items():
             append_labels(labels_file, labels)
             outcome.appended[labels_file] = len(labels)
