@@ -767,19 +767,30 @@ def report(
 def export(
     project: Path = PROJECT_OPTION,
     version: Optional[str] = VERSION_OPTION,
-    format: str = typer.Option("jsonl", "--format", help="Only jsonl for now."),
+    format: str = typer.Option(
+        "jsonl", "--format", help="jsonl (a line per case), junit (XML for CI test reports) or markdown (a CI job summary)."
+    ),
     output: Optional[Path] = typer.Option(
         None, "--output", "-o", help="Where to write (default under .oloproof/exports); '-' for stdout."
     ),
+    base: Optional[str] = typer.Option(
+        None, "--base", help="markdown: the version to list newly broken cases against (default: the one before).",
+        callback=checked_version,
+    ),
 ) -> None:
-    """Write one JSON line per case and run: task_id, run_id, scores per grader, violated constraints."""
+    """Write a stored version's results: JSON lines per case, JUnit XML, or a Markdown summary."""
     from .read.export import write_jsonl, write_jsonl_to
     from .store.layout import output_dir
 
-    if format != "jsonl":
-        raise CommandFailed(f"unknown format {format!r}; use jsonl", EXIT_USAGE)
+    if format not in EXPORT_SUFFIXES:
+        raise CommandFailed(f"unknown format {format!r}; use {', '.join(EXPORT_SUFFIXES)}", EXIT_USAGE)
+    if base is not None and format != "markdown":
+        raise CommandFailed("--base is for --format markdown (the newly broken cases)", EXIT_USAGE)
     check_output_file(output, "export")
     loaded, results = stored_results(project, version)
+    if format != "jsonl":
+        write_ci_export(loaded, results, format, output, base)
+        return
     if output == Path("-"):
         count = write_jsonl_to(results, sys.stdout)
         sys.stdout.flush()
@@ -791,6 +802,49 @@ def export(
     except OSError as error:
         raise StorageWriteError(path, error) from None
     console.print(f"Wrote {count} lines to {path}")
+
+
+EXPORT_SUFFIXES = {"jsonl": "jsonl", "junit": "xml", "markdown": "md"}
+
+
+def write_ci_export(loaded, results, format: str, output: Path | None, base: str | None) -> None:
+    """JUnit XML or the Markdown summary, from the stored tables only."""
+    from .read.ci_export import junit_text, previous_version, summary_markdown
+    from .read.results import load_results
+    from .store.layout import output_dir, write_text_file
+
+    if format == "junit":
+        text = junit_text(results, loaded.name)
+    else:
+        judged = stored_partitions(loaded.root, "verdicts")
+        if base is not None:
+            stored_version(loaded.root, base, "verdicts")
+        if base is None and len(judged) > 1:  # the instance knows the order versions were added in
+            base = previous_version(results.version, versions_in_added_order(loaded), judged)
+        base_results = load_results(loaded.root, base) if base is not None else None
+        text = summary_markdown(results, loaded.name, base_results, loaded.release.confidence_level)
+    if output == Path("-"):
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    path = output or output_dir(loaded.root) / "exports" / f"results-{results.version}.{EXPORT_SUFFIXES[format]}"
+    write_text_file(path, text)
+    console.print(f"Wrote {format} results of version {results.version} to {path}", highlight=False, soft_wrap=True)
+
+
+def versions_in_added_order(loaded) -> list[str]:
+    """The versions in the order the project's Dagster instance added them (none before a run)."""
+    from .defs.instance import instance_home
+
+    home = instance_home(loaded.root)
+    if not (home / "dagster.yaml").is_file():
+        return []
+    from dagster import DagsterInstance
+
+    from .defs import versions_partitions
+
+    with DagsterInstance.from_config(str(home)) as instance:
+        return list(instance.get_dynamic_partitions(versions_partitions(loaded).name))
 
 
 @app.command()
@@ -839,6 +893,101 @@ def comparison_table(comparisons, base: str, candidate: str, confidence: float) 
             str(item.both_fail), str(item.unpaired), f"{change}\n{interval_text(item)}",
         )
     return table
+
+
+# -- labels --------------------------------------------------------------------------------
+
+
+labels_app = typer.Typer(
+    no_args_is_help=True,
+    help="People's validity labels for metamorphic pairs: write the pending pairs, import them filled in, see the counts.",
+)
+app.add_typer(labels_app, name="labels")
+
+
+@labels_app.command("pending")
+def labels_pending(
+    transform: str = typer.Argument(..., help="The transform whose unlabelled pairs to write, e.g. paraphrase."),
+    project: Path = PROJECT_OPTION,
+    output: Optional[Path] = typer.Option(
+        None, "--out", "-o", help="Where to write (default labels/TRANSFORM.pending.FORMAT); '-' for stdout."
+    ),
+    format: str = typer.Option("jsonl", "--format", help="jsonl or csv."),
+) -> None:
+    """Write the pairs with no current label (source text, copy text, pair digest) for a person to fill in `kept`."""
+    from .read.labelling import PENDING_FORMATS, default_pending_path, pairs_of, pending_pairs, pending_text, write_pending
+
+    if format not in PENDING_FORMATS:
+        raise CommandFailed(f"unknown format {format!r}; use {' or '.join(PENDING_FORMATS)}", EXIT_USAGE)
+    check_output_file(output, "labels pending")
+    loaded = load_project(project)
+    pending = pending_pairs(pairs_of(loaded, transform))
+    if output == Path("-"):
+        sys.stdout.write(pending_text(pending, format))
+        sys.stdout.flush()
+        error_console.print(f"{len(pending)} pending pairs of {transform}", highlight=False)
+        return
+    if not pending:
+        console.print(f"Every pair of {transform} has a current label: nothing to write.", highlight=False)
+        return
+    path = output or default_pending_path(loaded, transform, format)
+    write_pending(path, pending_text(pending, format))
+    console.print(f"Wrote {len(pending)} pending pairs of {transform} to {path}", highlight=False, soft_wrap=True)
+    console.print(f"Fill in kept (true or false) for each, then: oloproof labels import {shlex.quote(str(path))}",
+                  highlight=False, soft_wrap=True)
+
+
+@labels_app.command("import")
+def labels_import(
+    file: Path = typer.Argument(..., help="A filled-in pending file (.jsonl or .csv)."),
+    project: Path = PROJECT_OPTION,
+) -> None:
+    """Append the filled-in labels of current pairs to their transforms' labels files; refuse stale or unknown ones."""
+    from .read.labelling import import_labels
+
+    outcome = import_labels(load_project(project), file)
+    for line in outcome.refused:
+        error_console.print(f"[red]refused:[/red] {line}", highlight=False, soft_wrap=True)
+    for path, count in outcome.appended.items():
+        console.print(f"Appended {count} labels to {path}", highlight=False, soft_wrap=True)
+    left = [f"{count} {'line' if count == 1 else 'lines'} {what}" for count, what in (
+        (outcome.unfilled, "not filled in (kept blank)"), (outcome.already_labelled, "already labelled the same"),
+        (outcome.disagreeing, "disagreeing with an earlier label (those pairs now count as rejected)"),
+    ) if count]
+    if not outcome.appended:
+        console.print("No label appended.", highlight=False)
+    if left:
+        console.print(f"{'; '.join(left)}.", highlight=False, soft_wrap=True)
+    if outcome.refused:
+        count = len(outcome.refused)
+        raise CommandFailed(f"{count} {'line' if count == 1 else 'lines'} refused (the others were imported)", EXIT_USAGE)
+
+
+@labels_app.command("status")
+def labels_status(project: Path = PROJECT_OPTION) -> None:
+    """Per transform: kept, rejected, unlabelled and stale labels, whether it is checked, and how many more kept labels would check it."""
+    from .read.labelling import label_status
+
+    statuses = label_status(load_project(project))
+    if not statuses:
+        console.print("No metamorphic transforms in this project.")
+        return
+    table = Table(title="Validity labels (from the project's files as they are now)", title_justify="left",
+                  box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
+    table.add_column("transform", overflow="fold", ratio=1, min_width=10)
+    for column in ("pairs", "kept", "rejected", "unlabelled", "stale"):
+        table.add_column(column, no_wrap=True, justify="right")
+    table.add_column("checked", no_wrap=True)
+    table.add_column("kept labels\nto check it", no_wrap=True, justify="right")
+    for status in statuses:
+        to_check = "-" if status.checked else ("none would" if status.kept_to_check is None else str(status.kept_to_check))
+        table.add_row(
+            status.transform, str(status.pairs), str(status.kept), str(status.rejected), str(status.unlabelled),
+            str(status.stale), "[green]yes[/]" if status.checked else "[red]no[/]", to_check,
+        )
+    console.print(table)
+    for status in statuses:
+        console.print(status.explanation(), highlight=False, soft_wrap=False)
 
 
 class WarningLines(logging.Handler):

@@ -149,3 +149,8 @@ def run_stamp_path(project_root: Path, version: str) -> Path:
 
 def sandbox_lock_path(project_root: Path) -> Path:
     return output_dir(project_root) / "sandbox.lock"
+
+
+def labels_lock_path(project_root: Path) -> Path:
+    """Held while `oloproof labels import` checks and appends to the labels files."""
+    return output_dir(project_root) / "labels.lock"
