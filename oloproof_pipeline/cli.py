@@ -47,6 +47,7 @@ from .read.reports import (
     format_rate,
     report_path,
     short_run_id,
+    stored_trial_summaries,
     write_html_report,
 )
 from .store.journal import log as evidence_log
@@ -710,7 +711,8 @@ def report(
     """Write one offline HTML report: gate, metrics with intervals, slices, a panel per case."""
     check_output_file(output, "report")
     loaded, results = stored_results(project, version)
-    path = write_html_report(loaded.root, results, loaded.name, output)
+    trials = stored_trial_summaries(loaded, results.version, results.verdict_table)
+    path = write_html_report(loaded.root, results, loaded.name, output, trials=trials)
     console.print(f"Wrote {path}")
 
 

@@ -11,7 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 from dagster import DagsterInstance
+from typer.testing import CliRunner
 
+from oloproof_pipeline.cli import app
 from oloproof_pipeline.decide.clustered import effective_clusters_interval
 from oloproof_pipeline.decide.statistics import clopper_pearson
 from oloproof_pipeline.decide.trials import all_trials, case_outcome, flips, trial_rate
@@ -141,6 +143,13 @@ def test_pass_k_and_pass_at_1_cover_the_true_rates_and_raising_k_records_only_ne
     assert run_evaluation(root, instance=instance).errors == []
     assert calls(root) == 5 * CASES
     assert latest(instance, "verdicts", "tiny")["trial_verdicts_judged"] == 0
+
+    # `oloproof report` on the stored version shows the same trials as the gate's report.
+    written = tmp_path / "report.html"
+    result = CliRunner().invoke(app, ["report", "--project", str(root), "-o", str(written)])
+    assert result.exit_code == 0, result.output
+    section = written.read_text().split('id="trials"')[1].split("<h2")[0]
+    assert f"<td>{CRITERION}</td><td>5</td>" in section
 
 
 def test_one_trial_writes_no_trial_tables_and_keeps_the_gate(tmp_path, instance):

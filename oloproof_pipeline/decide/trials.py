@@ -22,6 +22,7 @@ from typing import Iterable
 import pandas as pd
 from pydantic import BaseModel, ConfigDict
 
+from ..model.config import Project
 from ..model.outcomes import EXCLUDED, FAIL, MISSING, PASS, STRUCTURAL_EXCLUSIONS
 from ..model.trials import FIRST_TRIAL, PASS_ALL_TRIALS, PASS_AT_ONE, TRIAL_AGGREGATES, TrialAggregate
 from ..store.tables import null_to_none
@@ -131,6 +132,14 @@ def trial_summaries(trials: pd.DataFrame, criteria: list[str], confidence: float
             )
         )
     return summaries
+
+
+def project_trial_summaries(project: Project, verdicts: pd.DataFrame, later: pd.DataFrame | None) -> list[CriterionTrials] | None:
+    """A project's trial summaries from trial 1's verdicts and the later trials' (None with
+    one trial, or when no later trial is stored)."""
+    if project.config.execution.trials == 1 or later is None:
+        return None
+    return trial_summaries(all_trials(verdicts, later), project.criteria(), project.release.confidence_level)
 
 
 def _interval(estimate: RateEstimate) -> str:

@@ -19,7 +19,7 @@ from dagster import (
 
 from ..model.outcomes import ALLOW, BLOCK, PASS
 from ..decide.validity import transform_validity, validity_markdown
-from ..decide.trials import all_trials, trial_summaries, trials_markdown
+from ..decide.trials import project_trial_summaries, trials_markdown
 from ..decide.gate import (
     GATED_TRIAL_COLUMNS,
     GATED_VERDICT_COLUMNS,
@@ -356,9 +356,7 @@ def build_assets(
         # The report is written here, not downstream: with the blocking variant of the gate
         # check a BLOCK skips anything after the gate, and a blocked release is when the report
         # is read most.
-        trials = None if later_trials is None else trial_summaries(
-            all_trials(gated, later_trials), loaded.criteria(), loaded.release.confidence_level
-        )
+        trials = project_trial_summaries(loaded, gated, later_trials)
         report, written = write_report(loaded, stored, version, frame, trials)
         if written:
             reasons.append("report written: what it shows changed")

@@ -23,9 +23,10 @@ from typing import Any, Iterable, Iterator
 
 import pandas as pd
 
-from ..decide.trials import CriterionTrials
+from ..decide.trials import CriterionTrials, project_trial_summaries
 from ..decide.validity import TransformValidity, transform_validity
 from ..model.outcomes import BLOCKING_ORDER, EXCLUDED, FAIL, MISSING, PASS
+from ..model.config import Project
 from ..model.fingerprints import frame_digest
 from ..model.trajectory import first_difference
 from ..store.layout import read_table, reports_dir, table_path, write_text_file
@@ -768,6 +769,14 @@ def _trials_section(trials: list[CriterionTrials] | None) -> str:
     )
     headers = ["criterion", "trials", "pass^k", "pass@1", "flaky cases", "flaky (flips, passed/judged)"]
     return '<h2 id="trials">Repeated trials</h2>' + note + _table(headers, rows)
+
+
+def stored_trial_summaries(project: Project, version: str, verdicts: pd.DataFrame) -> list[CriterionTrials] | None:
+    """The trial summaries of a stored version, as the gate shows them (None with one trial)."""
+    if project.config.execution.trials == 1:
+        return None
+    later = read_table(project.root, "trial_verdicts", version)
+    return project_trial_summaries(project, verdicts, later)
 
 
 def _limits_section() -> str:

@@ -23,6 +23,7 @@ from ..store.tables import RUN_NESTED, TRIAL_RUNS_SCHEMA, RowBatches, frame_from
 from .recording import (
     OK,
     RECORDED,
+    RecordingPlan,
     RecordingSummary,
     case_records,
     check_partition_is_current_version,
@@ -31,7 +32,7 @@ from .recording import (
     recording_row,
     why_recorded,
 )
-from .reuse import known_work
+from .reuse import journal_state, known_work
 from .sandboxes import Sandboxes, record_each
 from .system import system_spec
 
@@ -71,23 +72,23 @@ def record_trial_table(
     if fresh:
         journal.clear()
     keys = cases.columns("case_id", "case_digest")
-    table = StoredTable() if fresh else StoredTable.at(project.root, TABLE, partition=version).readable(
-        f"using the journal {journal.path} instead"
-    )
-    known = known_work(table, journal, RecordedRun, TRIAL_RUNS_SCHEMA, RUN_NESTED, KEY_COLUMNS).frame
-    plans = {trial: plan_recordings(keys, known_of_trial(known, trial), version, code, fresh) for trial in trials}
+    state, plans = plan_trials(project, keys, journal, trials, version=version, code=code, fresh=fresh)
     new_by_trial = {trial: RowBatches(TRIAL_RUNS_SCHEMA, RUN_NESTED) for trial in trials}
     if any(plan.to_record for plan in plans.values()):
         check_partition_is_current_version(project, version)
-        with sandbox_lock(project.root), journal.appending() as journal_line:
-            for trial, plan in plans.items():
-                if plan.known.empty and not fresh:
-                    summary.because(RECORDED, f"new trial {trial}", len(plan.to_record))
-                else:
-                    why_recorded(keys, plan, code, fresh, summary)
-                record_trial(project, cases, plan.to_record, trial, code, version=version, run_id=run_id,
-                             rows=new_by_trial[trial], journal_line=journal_line, summary=summary,
-                             on_recorded=on_recorded, sandboxes=sandboxes)
+        with sandbox_lock(project.root):
+            if not fresh and journal_state(journal) != state:
+                # A run that held the sandbox before us recorded some already.
+                state, plans = plan_trials(project, keys, journal, trials, version=version, code=code, fresh=fresh)
+            with journal.appending() as journal_line:
+                for trial, plan in plans.items():
+                    if plan.known.empty and not fresh:
+                        summary.because(RECORDED, f"new trial {trial}", len(plan.to_record))
+                    else:
+                        why_recorded(keys, plan, code, fresh, summary)
+                    record_trial(project, cases, plan.to_record, trial, code, version=version, run_id=run_id,
+                                 rows=new_by_trial[trial], journal_line=journal_line, summary=summary,
+                                 on_recorded=on_recorded, sandboxes=sandboxes)
     frames = []
     for trial, plan in plans.items():
         new = new_by_trial[trial]
@@ -98,6 +99,19 @@ def record_trial_table(
     frame = frame.reindex(columns=TRIAL_RUNS_SCHEMA.names)
     write_table_file(table_path(project.root, TABLE, version), frame)
     return frame, summary
+
+
+def plan_trials(
+    project: Project, keys: pd.DataFrame, journal: Journal, trials: range, *, version: str, code: CodeFingerprint, fresh: bool
+) -> tuple[tuple[int, int] | None, dict[int, RecordingPlan]]:
+    """Per later trial, what it reuses and what is left to record; and the journal's state
+    when it was read. A table that cannot be read is set aside for its journal, as in recording.py."""
+    table = StoredTable() if fresh else StoredTable.at(project.root, TABLE, partition=version).readable(
+        f"using the journal {journal.path} instead"
+    )
+    known = known_work(table, journal, RecordedRun, TRIAL_RUNS_SCHEMA, RUN_NESTED, KEY_COLUMNS)
+    plans = {trial: plan_recordings(keys, known_of_trial(known.frame, trial), version, code, fresh) for trial in trials}
+    return known.journal_state, plans
 
 
 def known_of_trial(known: pd.DataFrame, trial: int) -> pd.DataFrame:
