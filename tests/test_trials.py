@@ -150,6 +150,15 @@ def test_pass_k_and_pass_at_1_cover_the_true_rates_and_raising_k_records_only_ne
     assert result.exit_code == 0, result.output
     section = written.read_text().split('id="trials"')[1].split("<h2")[0]
     assert f"<td>{CRITERION}</td><td>5</td>" in section
+    # `oloproof gate --json` carries them too, beside the rules they back.
+    result = CliRunner().invoke(app, ["gate", "--project", str(root), "--json"])
+    document = json.loads(result.stdout)
+    [trials] = document["trials"]
+    rules = {rule["rule_id"]: rule for rule in document["rules"]}
+    assert (trials["criterion"], trials["trials"]) == (CRITERION, 5)
+    assert trials["pass_all"]["estimate"] == pytest.approx(rules["every_trial"]["rate"])
+    assert trials["pass_at_one"]["estimate"] == pytest.approx(rules["mean_trial"]["rate"])
+    assert trials["flaky_cases"] >= len(trials["flaky"]) > 0
 
 
 def test_one_trial_writes_no_trial_tables_and_keeps_the_gate(tmp_path, instance):
@@ -160,6 +169,7 @@ def test_one_trial_writes_no_trial_tables_and_keeps_the_gate(tmp_path, instance)
     assert not table_path(root, "trial_verdicts", "1.0.0").exists()
     recorded = latest(instance, "recorded_runs", "tiny")
     assert "trials" not in recorded and "trials_summary" not in latest(instance, "gate", "tiny")
+    assert "trials" not in json.loads(CliRunner().invoke(app, ["gate", "--project", str(root), "--json"]).stdout)
     # pass^1 is the plain pass rate of the only trial.
     first = pd.read_parquet(table_path(root, "verdicts", "1.0.0"))
     assert gate_rows(root)["always"]["estimate"] == pytest.approx(first["outcome"].eq(PASS).mean())

@@ -142,6 +142,20 @@ def project_trial_summaries(project: Project, verdicts: pd.DataFrame, later: pd.
     return trial_summaries(all_trials(verdicts, later), project.criteria(), project.release.confidence_level)
 
 
+def trials_lines(summaries: list[CriterionTrials]) -> list[str]:
+    """One line per criterion, as the CLI prints it under the gate."""
+    lines = []
+    for summary in summaries:
+        flaky = ", ".join(f"{case.case_id} ({case.flips})" for case in summary.flaky[:5])
+        more = f" and {summary.flaky_cases - 5} more" if summary.flaky_cases > 5 else ""
+        lines.append(
+            f"{summary.criterion} over {summary.trials} trials: pass^k {_interval(summary.pass_all)}, "
+            f"pass@1 {_interval(summary.pass_at_one)}, {summary.flaky_cases} flaky"
+            + (f" (flips: {flaky}{more})" if summary.flaky_cases else "")
+        )
+    return lines
+
+
 def _interval(estimate: RateEstimate) -> str:
     rate = "n/a" if estimate.estimate is None else f"{estimate.estimate:.3f}"
     return f"{rate} [{estimate.lower:.3f}, {estimate.upper:.3f}]"

@@ -31,6 +31,7 @@ from ..model.fingerprints import frame_digest
 from ..model.trajectory import first_difference
 from ..store.layout import read_table, reports_dir, table_path, write_text_file
 from ..store.tables import rows_from_frame
+from ..project import load_project
 from .results import VersionResults, compared_paths, load_replays, scripted_events, tool_calls
 from .violations import describe_violation, verdict_violations
 
@@ -777,6 +778,14 @@ def stored_trial_summaries(project: Project, version: str, verdicts: pd.DataFram
         return None
     later = read_table(project.root, "trial_verdicts", version)
     return project_trial_summaries(project, verdicts, later)
+
+
+def stored_trials(project_root: Path, version: str) -> list[CriterionTrials] | None:
+    """`stored_trial_summaries` for the CLI's gate: nothing is loaded without a stored trial."""
+    if not table_path(project_root, "trial_verdicts", version).is_file():
+        return None
+    verdicts = read_table(project_root, "verdicts", version)
+    return None if verdicts is None else stored_trial_summaries(load_project(project_root), version, verdicts)
 
 
 def _limits_section() -> str:
