@@ -113,7 +113,9 @@ def previous(table: StoredTable, what: str) -> pd.DataFrame | None:
     return table.whole() if table.exists else None
 
 
-def write_report(project: Project, stored: dict[str, StoredTable], version: str, gate: pd.DataFrame, trials=None) -> tuple:
+def write_report(
+    project: Project, stored: dict[str, StoredTable], version: str, gate: pd.DataFrame, trials: list | None = None
+) -> tuple:
     """The version's HTML report, written again only when what it shows changed: (path, written)."""
     runs, replays, verdicts = stored["recorded_runs"], stored["fault_replays"], stored["verdicts"]
     slices = previous(stored["slices"], "slices read")
@@ -139,7 +141,7 @@ def write_report(project: Project, stored: dict[str, StoredTable], version: str,
 
 
 def trial_metadata(project: Project, trial_frame: pd.DataFrame | None, counts: dict) -> dict:
-    """The counts of trials 2..k and where they are stored (nothing with one trial)."""
+    """The number of trials and the counts of trials 2..k (nothing with one trial)."""
     if trial_frame is None:
         return {}
     return {"trials": project.config.execution.trials, **counts, "trial_rows": len(trial_frame)}
