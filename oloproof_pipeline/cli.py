@@ -22,6 +22,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from typer.exceptions import TyperException
 
+from .decide.trials import trials_lines
 from .model.config import NO_RELEASE_POLICY, VERSION_PATTERN
 from .model.errors import ProjectError
 from .model.outcomes import (
@@ -47,6 +48,8 @@ from .read.reports import (
     format_rate,
     report_path,
     short_run_id,
+    stored_trial_summaries,
+    stored_trials,
     write_html_report,
 )
 from .store.journal import log as evidence_log
@@ -497,6 +500,8 @@ def show_gate(project_dir: Path, version: str, *, ungated: bool = False) -> None
         show_ungated(project_dir, version, ungated=ungated)
         return
     console.print(gate_table(rows, version))
+    for line in trials_lines(stored_trials(project_dir.resolve(), version) or []):
+        console.print(line, highlight=False)
     show_violations(project_dir, version)
     colour = "green" if decision == ALLOW else "red"
     console.print(f"Gate: [bold {colour}]{decision}[/] (exit code {exit_code}: {EXIT_MEANINGS[exit_code]})", highlight=False)
@@ -510,12 +515,15 @@ def gate_document(project_root: Path, version: str, *, ungated: bool = False) ->
     rows, decision, reasons, exit_code = stored_gate(project_root, version)
     if not rows and ungated:
         decision, exit_code = None, EXIT_ALLOW
+    trials = stored_trials(project_root, version)
     return {
         "version": version,
         "run_id": rows[0]["judged_by_run"] if rows else None,
         "gate": {"decision": decision, "exit_code": exit_code, "meaning": EXIT_MEANINGS[exit_code] if rows else NO_RELEASE_POLICY,
                  "reasons": reasons},
         "rules": [rule_document(row) for row in rows],
+        # Only with repeated trials, so a document of one trial is as it always was.
+        **({"trials": [summary.model_dump(mode="json") for summary in trials]} if trials else {}),
     }
 
 
@@ -759,7 +767,8 @@ def report(
     """Write one offline HTML report: gate, metrics with intervals, slices, a panel per case."""
     check_output_file(output, "report")
     loaded, results = stored_results(project, version)
-    path = write_html_report(loaded.root, results, loaded.name, output)
+    trials = stored_trial_summaries(loaded, results.version, results.verdict_table)
+    path = write_html_report(loaded.root, results, loaded.name, output, trials=trials)
     console.print(f"Wrote {path}")
 
 

@@ -58,14 +58,16 @@ def code_versions(project: Project) -> dict[str, str]:
         return f"{pipeline_code_version()}-" + digest(tag, value).removeprefix("sha256:")[:12]
 
     evaluators = config.evaluators
+    trials = {"trials": config.execution.trials} if config.execution.trials > 1 else {}
     return {
         "cases": short("cases", {"dataset": config.dataset}),
         "derived_cases": short("derived_cases", config.metamorphic.model_dump(mode="json")),
-        "recorded_runs": short("recorded_runs", {"system": config.system.model_dump(mode="json")}),
+        # Repeated trials enter only when there are some, so one trial keeps the versions it had.
+        "recorded_runs": short("recorded_runs", {"system": config.system.model_dump(mode="json"), **trials}),
         "fault_replays": short(
             "fault_replays", {"evaluators": [each for each in evaluators if each.get("type") == "fault_recovery"]}
         ),
-        "verdicts": short("verdicts", {"evaluators": evaluators}),
+        "verdicts": short("verdicts", {"evaluators": evaluators, **trials}),
         "slices": short("slices", {"slices": config.slices, "min_support": config.min_slice_support}),
         "gate": short("gate", project.release.model_dump(mode="json")),
     }

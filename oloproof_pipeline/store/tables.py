@@ -116,12 +116,17 @@ GATE_SCHEMA = pa.schema(
         ("inputs_digest", TEXT),
     ]
 )
+# Repeated trials (`execution.trials: k`): the recordings and verdicts of trials 2..k, each a
+# `recorded_runs` or `verdicts` row plus its trial. Trial 1 stays in those tables, as with one.
+TRIAL_RUNS_SCHEMA = pa.schema(list(RECORDED_RUNS_SCHEMA) + [pa.field("trial", INT)])
+TRIAL_VERDICTS_SCHEMA = pa.schema(list(VERDICTS_SCHEMA) + [pa.field("trial", INT)])
 
 # By table name, as `layout.table_path` names the files: a stored file without these columns
 # is no such table (written by hand, or by something else).
 TABLE_SCHEMAS = {
     "cases": CASES_SCHEMA, "derived_cases": DERIVED_CASES_SCHEMA, "recorded_runs": RECORDED_RUNS_SCHEMA,
     "fault_replays": FAULT_REPLAYS_SCHEMA, "verdicts": VERDICTS_SCHEMA, "slices": SLICES_SCHEMA, "gate": GATE_SCHEMA,
+    "trial_runs": TRIAL_RUNS_SCHEMA, "trial_verdicts": TRIAL_VERDICTS_SCHEMA,
 }
 # The cache keys stored beside each table's columns: a table written before they existed
 # is still that table (it reads them as nulls, so nothing in it is reused without a key).
