@@ -169,6 +169,8 @@ class ReleasePolicy(StrictModel):
     confidence_level: float = Field(default=0.95, gt=0.5, lt=1.0)
     allow_approximate_methods: bool = False
     min_clusters: int = Field(default=20, ge=2)
+    # Cases `oloproof certify` flags (broken, or passed by doing nothing) count as EXCLUDED.
+    require_certified_cases: bool = False
     # Validated when absent too: a policy that names no rule is refused, not an empty gate.
     rules: list[RuleConfig] = Field(default_factory=list, validate_default=True)
 

@@ -18,6 +18,9 @@ class SystemSpec:
     project_root: str
     callable: str
     name: str
+    # Certification's sandboxes: the system wrapped so a case plays its reference actions
+    # through the system's own tool box instead of running the agent (run/reference.py).
+    plays_references: bool = False
 
     def build(self) -> Any:
         return build_system(self.load_attribute())
