@@ -836,7 +836,7 @@ def certify(
 
     frame = read_table(project.resolve(), "case_certification")
     flagged = flagged_rows(frame)
-    console.print(f"Dagster run {certification.run_id}: {certification_summary_line(frame)}", highlight=False, soft_wrap=True)
+    console.print(f"Dagster run {certification.run_id}: {certification_summary_line(frame)}", highlight=False)
     if flagged:
         console.print(certification_table(flagged))
     raise typer.Exit(EXIT_CASES_FLAGGED if flagged else EXIT_ALLOW)

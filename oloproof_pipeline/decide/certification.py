@@ -1,7 +1,7 @@
 """`require_certified_cases: true`: cases certification flagged count as EXCLUDED, with the
-flag as the reason, and never as passes. A flag naming a criterion (passes_when_nothing_is_done
-for state_correct) excludes the case from that criterion only; one naming none (a broken case,
-a duplicated input) from every criterion. Each rule says how many cases it lost this way."""
+flag as the reason, and never as passes. passes_when_nothing_is_done excludes the case from the
+criterion it names only; every other flag (a broken case, a duplicated input) from every
+criterion. Each rule says how many cases it lost this way."""
 
 from __future__ import annotations
 
@@ -11,17 +11,22 @@ from typing import Any, Iterable
 import pandas as pd
 
 from ..model.config import Project
-from ..model.outcomes import EXCLUDED, STRUCTURAL_EXCLUSIONS
+from ..model.outcomes import EXCLUDED, PASSES_WHEN_NOTHING_IS_DONE, STRUCTURAL_EXCLUSIONS
 from .gate import GateDecision, RuleDecision, decide_gate, decide_release_gate
 
 UNCERTIFIED_EXCLUDED = "uncertified_cases_excluded"
+# The one flag about a criterion rather than the case: doing nothing passes that criterion
+# only. A broken case (its reference fails, its input repeats with other expectations) is
+# left out of every criterion, whichever criterion showed it broken.
+PER_CRITERION_FLAGS = frozenset({PASSES_WHEN_NOTHING_IS_DONE})
 
 
 def excluded_flags(flags: Iterable[dict[str, Any]]) -> dict[str, dict[str | None, str]]:
     """case id -> {criterion (None: every criterion) -> the flag that excludes it}."""
     by_case: dict[str, dict[str | None, str]] = defaultdict(dict)
     for item in flags:
-        by_case[item["case_id"]].setdefault(item["criterion"], item["flag"])
+        criterion = item["criterion"] if item["flag"] in PER_CRITERION_FLAGS else None
+        by_case[item["case_id"]].setdefault(criterion, item["flag"])
     return by_case
 
 
@@ -36,7 +41,7 @@ def exclude_uncertified(verdicts: pd.DataFrame, flags: Iterable[dict[str, Any]])
         case_flags = by_case.get(case_id)
         if not case_flags or reason in STRUCTURAL_EXCLUSIONS:
             continue
-        name = case_flags.get(criterion) or case_flags.get(None)
+        name = case_flags.get(None) or case_flags.get(criterion)
         if name is None:
             continue
         outcomes[position], reasons[position] = EXCLUDED, name
