@@ -194,3 +194,37 @@ def test_each_kind_of_flag_with_its_reason_and_references_kept_by_case_digest(tm
     edited = [case.model_copy(update={"case_digest": "sha256:edited"}) if case.case_id == "good" else case for case in sources]
     _, summary = certify_cases(project, edited, frame, play=counted_play)
     assert (summary.played, summary.reused) == (1, 3)
+
+
+def test_a_reference_callable_plays_cases_without_actions_and_its_answer_is_judged(tmp_path):
+    cases = [
+        small_case("right", "finish it"),
+        small_case("wrong-answer", "finish it too", expected={"answer": "closed", "state": {"status": "done"}}),
+        small_case("own-actions", "close it", expected={"answer": "done", "state": {"status": "closed"}},
+                   actions=[{"tool": "set_status", "arguments": {"status": "closed"}}]),
+    ]
+    root = write_project(
+        tmp_path / "tiny", app=SYSTEM, cases=cases,
+        evaluators=[
+            {"type": "exact_match", "criterion": "answer_correct", "field": "answer", "expected_field": "expected.answer"},
+            {"type": "state_matches", "mode": "subset", "criterion": "state_correct"},
+        ],
+    )
+    (root / "refs.py").write_text(
+        "def correct(input, toolbox):\n"
+        "    toolbox.call('set_status', status='done')\n"
+        "    return {'answer': 'done'}\n"
+    )
+    config = json.loads((root / "oloproof.yaml").read_text())
+    (root / "oloproof.yaml").write_text(json.dumps({**config, "reference": "refs:correct"}))
+    project = load_project(root)
+    frame, summary = certify_cases(project, load_cases(project))
+    assert summary.played == 3 and frame.has_reference.all()
+    flags = {row["case_id"]: (row["flag"], row["criterion"], row["reason"]) for row in flagged_rows(frame)}
+    # The callable answers, so its answer is judged; a case with actions plays those instead.
+    assert list(flags) == ["wrong-answer"]
+    assert flags["wrong-answer"][:2] == (REFERENCE_FAILS, "answer_correct")
+    # Editing the reference's module plays the references again: they are keyed by it.
+    (root / "refs.py").write_text((root / "refs.py").read_text() + "# edited\n")
+    _, summary = certify_cases(project, load_cases(project), frame)
+    assert (summary.played, summary.reused) == (3, 0)

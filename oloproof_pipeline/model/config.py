@@ -136,6 +136,9 @@ class ProjectConfig(StrictModel):
     min_slice_support: int = Field(default=10, ge=1)
     execution: ExecutionConfig = Field(default_factory=ExecutionConfig)
     schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
+    # A correct agent, `module:func(input, toolbox)` returning the output: `oloproof certify`
+    # plays it on each case without `expected.actions` (run/reference.py).
+    reference: str | None = Field(default=None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
     @field_validator("project")
     @classmethod

@@ -7,7 +7,9 @@ Per case (the `case_certification` table, one row per case with its flags):
   asks for, so passing it by doing nothing says nothing about the case;
 - a reference run where the case has `expected.actions` (the tool calls a correct agent
   makes), played through the system's tool box against its reset sandbox and judged by the
-  state, trace and python criteria: any FAIL means the case is broken (`reference_fails`);
+  state, trace and python criteria, or else where the project names a `reference` callable
+  (a correct agent; its answer is judged too): any FAIL means the case is broken
+  (`reference_fails`);
 - a copy whose transformed field, compared without case and spacing, still reads as its
   source's (`copy_leaves_field_unchanged`); a source no criterion judges on its reference
   (or, lacking one, do-nothing) run (`judged_by_no_criterion`); sources with one input and
@@ -28,6 +30,7 @@ from typing import Any, Callable, Iterable
 import pandas as pd
 
 from ..evaluators.base import Evaluator, JudgingContext
+from ..evaluators.exact_match import ExactMatch
 from ..evaluators.fault_recovery import FaultRecovery
 from ..evaluators.metamorphic_relation import MetamorphicRelation
 from ..evaluators.python_grader import PythonGrader
@@ -37,7 +40,8 @@ from ..evaluators.trace import Trace
 from ..model.cases import CaseRecord
 from ..model.config import Project
 from ..model.digests import canonical_json, state_digest
-from ..model.fingerprints import row_key, system_code_fingerprint
+from ..model.fingerprints import file_digest, row_key, system_code_fingerprint
+from ..model.modules import module_file_of
 from ..model.outcomes import (
     COPY_LEAVES_FIELD_UNCHANGED,
     EXCLUDED,
@@ -92,16 +96,31 @@ def do_nothing_run(case: CaseRecord) -> RecordedRun:
     )
 
 
-def reference_case(case: CaseRecord) -> CaseRecord | None:
-    """The case as its reference run plays it (its actions in the input), or None without one."""
+def reference_case(case: CaseRecord, project: Project) -> CaseRecord | None:
+    """The case as its reference run plays it (its actions, else the project's `reference`,
+    in the input), or None when it has neither."""
     actions = reference_actions(case.expected)
-    if actions is None:
+    if actions is None and project.config.reference is None:
         return None
     return case.model_copy(update={"input": reference_input(case.input, actions)})
 
 
+def played_by_callable(case: CaseRecord) -> bool:
+    """Whether the case's reference is the project's callable (it answers too) or its actions."""
+    return reference_actions(case.expected) is None
+
+
 def reference_key(case: CaseRecord, code_digest: str) -> str:
     return row_key("reference", case.case_digest, code_digest)
+
+
+def references_digest(project: Project) -> str:
+    """The system's code and, when the project names one, the reference callable's module."""
+    code = system_code_fingerprint(project).digest
+    if project.config.reference is None:
+        return code
+    module = module_file_of(project.root, project.config.reference)
+    return row_key(code, project.config.reference, file_digest(module) if module.is_file() else None)
 
 
 def play_references(project: Project, cases: list[CaseRecord], *, timeout_s: float) -> dict[str, RecordedRun]:
@@ -109,7 +128,7 @@ def play_references(project: Project, cases: list[CaseRecord], *, timeout_s: flo
     if not cases:
         return {}
     spec = system_spec(project)
-    spec = type(spec)(**{**spec.as_json(), "plays_references": True})
+    spec = type(spec)(**{**spec.as_json(), "plays_references": True, "reference": project.config.reference})
     with sandbox_lock(project.root):
         return {run.case_id: run for run in record_each(spec, cases, version=CERTIFICATION_RUN, timeout_s=timeout_s)}
 
@@ -139,7 +158,9 @@ def do_nothing_flags(project: Project, case: CaseRecord, nothing: RecordedRun) -
 def reference_flags(project: Project, case: CaseRecord, reference: RecordedRun) -> list[dict[str, Any]]:
     if reference.status != "ok":
         return [flag(REFERENCE_FAILS, f"the reference run ended {reference.status}: {reference.error}")]
-    judges = [evaluator for evaluator in project.evaluators if isinstance(evaluator, REFERENCE_JUDGES)]
+    # A reference callable answers as an agent does, so its answer is judged too.
+    kinds = (*REFERENCE_JUDGES, ExactMatch) if played_by_callable(case) else REFERENCE_JUDGES
+    judges = [evaluator for evaluator in project.evaluators if isinstance(evaluator, kinds)]
     return [
         flag(REFERENCE_FAILS, f"the reference actions fail {verdict.criterion}: {verdict.reason}{_detail(verdict.details)}", verdict.criterion)
         for verdict in judged(judges, case, reference)
@@ -223,7 +244,7 @@ def certify_cases(
 ) -> tuple[pd.DataFrame, CertificationSummary]:
     """The `case_certification` table for `cases` (sources and copies): one row per case with
     its flags. Stored reference runs whose key still holds are reused, the rest played now."""
-    code_digest = system_code_fingerprint(project).digest
+    code_digest = references_digest(project)
     kept = _stored_references(stored)
     references: dict[str, RecordedRun] = {}
     to_play: list[CaseRecord] = []
@@ -232,7 +253,7 @@ def certify_cases(
         if case.is_derived:
             continue
         try:
-            played_as = reference_case(case)
+            played_as = reference_case(case, project)
         except ValueError as error:
             problems[case.case_id] = f"{case.file}:{case.line}: {error}" if case.file else str(error)
             continue
