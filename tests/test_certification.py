@@ -155,6 +155,7 @@ def test_each_kind_of_flag_with_its_reason_and_references_kept_by_case_digest(tm
         small_case("nothing", "no expectations", expected={}),
         small_case("wrong-tool", "finish", actions=[{"tool": "set_status", "arguments": {"status": "closed"}}]),
         small_case("typo", "finish now", actions=[{"tool": "set_statu", "arguments": {}}]),
+        small_case("malformed", "finish later", actions=[{"tool": "set_status", "args": {"status": "done"}}]),
     ]
     root = write_project(
         tmp_path / "tiny", app=SYSTEM, cases=cases,
@@ -185,6 +186,9 @@ def test_each_kind_of_flag_with_its_reason_and_references_kept_by_case_digest(tm
     assert flags["good~shout"][:2] == (COPY_LEAVES_FIELD_UNCHANGED, None)
     # A reference the tool box cannot play is a reference_fails with the reason, never a pass.
     assert flags["typo"][0] == REFERENCE_FAILS and "no tool named 'set_statu'" in flags["typo"][2]
+    # Actions that are not {tool, arguments} are not played; the flag names the file, line and field.
+    assert flags["malformed"][0] == REFERENCE_FAILS
+    assert "data/cases.jsonl:8: expected.actions[0].args: Extra inputs are not permitted" in flags["malformed"][2]
     assert "good" not in flags and summary.played == 4 and plays == [4]
     # Again with the table stored: no reference is played while its case and the code hold;
     # an edited case's reference is played again.

@@ -245,25 +245,7 @@ def certify_cases(
     """The `case_certification` table for `cases` (sources and copies): one row per case with
     its flags. Stored reference runs whose key still holds are reused, the rest played now."""
     code_digest = references_digest(project)
-    kept = _stored_references(stored)
-    references: dict[str, RecordedRun] = {}
-    to_play: list[CaseRecord] = []
-    problems: dict[str, str] = {}
-    for case in cases:
-        if case.is_derived:
-            continue
-        try:
-            played_as = reference_case(case, project)
-        except ValueError as error:
-            problems[case.case_id] = f"{case.file}:{case.line}: {error}" if case.file else str(error)
-            continue
-        if played_as is None:
-            continue
-        previous = kept.get((case.case_id, reference_key(case, code_digest)))
-        if previous is not None:
-            references[case.case_id] = previous
-        else:
-            to_play.append(played_as)
+    references, to_play, problems = _plan_references(project, cases, _stored_references(stored), code_digest)
     summary = CertificationSummary(reused=len(references), played=len(to_play))
     timeout_s = project.config.execution.timeout_s
     references.update((play or (lambda p, c: play_references(p, c, timeout_s=timeout_s)))(project, to_play))
@@ -314,6 +296,32 @@ def _case_flags(
         flags += unjudged_flags(project, case, reference or nothing, "reference" if reference else "do-nothing")
     flags += duplicates.get(case.case_id, [])
     return flags, reference
+
+
+def _plan_references(
+    project: Project, cases: list[CaseRecord], kept: dict[tuple[str, str], RecordedRun], code_digest: str
+) -> tuple[dict[str, RecordedRun], list[CaseRecord], dict[str, str]]:
+    """The stored reference runs still valid (by case id), the references to play now, and
+    the cases whose `expected.actions` cannot be read (case id -> why)."""
+    references: dict[str, RecordedRun] = {}
+    to_play: list[CaseRecord] = []
+    problems: dict[str, str] = {}
+    for case in cases:
+        if case.is_derived:
+            continue
+        try:
+            played_as = reference_case(case, project)
+        except ValueError as error:
+            problems[case.case_id] = f"{case.file}:{case.line}: {error}" if case.file else str(error)
+            continue
+        if played_as is None:
+            continue
+        previous = kept.get((case.case_id, reference_key(case, code_digest)))
+        if previous is not None:
+            references[case.case_id] = previous
+        else:
+            to_play.append(played_as)
+    return references, to_play, problems
 
 
 def _stored_references(stored: pd.DataFrame | None) -> dict[tuple[str, str], RecordedRun]:
