@@ -104,7 +104,7 @@ def test_the_gate_leaves_flagged_cases_out_when_the_policy_requires_certified_ca
     assert state.loc[DECLINED[0], "outcome"] == PASS
     end_state = gate.loc["end_state"]
     assert (end_state["observed"], end_state["excluded"]) == (12, 12)
-    assert end_state["passed"] == 12 - 0  # the eligible and high-value cases the desk gets right
+    assert end_state["passed"] == 12  # the eligible, urgent and high-value cases, which the desk gets right
     assert f"{UNCERTIFIED_EXCLUDED}: 12 (passes_when_nothing_is_done 11, reference_fails 1)" in json.loads(end_state["reasons"])
     # The broken case is left out of every criterion it is judged on, not only state_correct.
     answers = gate.loc["answers"]

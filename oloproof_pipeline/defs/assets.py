@@ -365,6 +365,7 @@ def build_assets(
                 "report": file_link(report, output_dir(loaded.root)),
                 "dagster/row_count": len(frame),
                 "gate_reused": reused,
+                **({} if flags is None else {"uncertified_cases_excluded": len({flag["case_id"] for flag in flags})}),
                 **why(reasons),
                 **rule_numbers(rules),
             }
