@@ -27,6 +27,7 @@ from ..model.transforms import derive_cases
 from ..store.layout import StoredTableError, read_table
 from ..store.tables import case_table, reusable_copies
 from ..project import load_project
+from ..run.certification import CERTIFICATION_RUN
 from ..run.system import current_system_version
 from . import CERTIFY_JOB, EVALUATE_JOB, build_definitions, versions_partitions
 from .instance import claim_instance, instance_lock, project_instance, project_location
@@ -143,7 +144,7 @@ def run_certification(
     project_root: Path | str, *, instance: DagsterInstance | None = None, log_level: str = "CRITICAL"
 ) -> EvaluationRun:
     """Materialize the cases and their certification (the `certify` job) in the project's
-    instance, as `oloproof certify` does. The version is the one the references ran on."""
+    instance, as `oloproof certify` does. Certification is of the cases, under no version."""
     project = load_project(project_root)
     validate_cases(project)
     instance = instance or project_instance(project.root)
@@ -156,4 +157,4 @@ def run_certification(
         remote_job_origin=located_job_origin(project.root, job),
     )
     result = execute_run(InMemoryJob(job), run, instance, raise_on_error=False)
-    return EvaluationRun(run_id=result.run_id, version="", success=result.success, errors=step_errors(result))
+    return EvaluationRun(run_id=result.run_id, version=CERTIFICATION_RUN, success=result.success, errors=step_errors(result))
