@@ -1014,6 +1014,53 @@ class WarningLines(logging.Handler):
             error_console.print(f"[yellow]warning:[/yellow] {message}", highlight=False, soft_wrap=True)
 
 
+# -- certify -------------------------------------------------------------------------------
+
+
+@app.command()
+def certify(
+    project: Path = PROJECT_OPTION,
+    verbose: bool = typer.Option(False, "--verbose", help="Show Dagster's log as the run goes."),
+) -> None:
+    """Certify the cases: a do-nothing run and each case's reference (expected.actions) judged by
+    its own criteria; print the flagged cases with why. Exit 0 when none is flagged, 1 when some are."""
+    from .model.outcomes import EXIT_CASES_FLAGGED
+
+    load_project(project)  # a bad file is one line, before Dagster is imported
+    from .run.supervisor import start_fork_server
+
+    start_fork_server()
+    from .defs.launch import run_certification
+
+    with instance_writes(project):
+        certification = run_certification(project, log_level="INFO" if verbose else "CRITICAL")
+    if certification.errors:
+        raise CommandFailed(
+            f"{'; '.join(certification.errors)} (Dagster run {certification.run_id} failed: {EXIT_MEANINGS[EXIT_INCOMPLETE]})",
+            EXIT_INCOMPLETE,
+        )
+    from .run.certification import certification_summary_line, flagged_rows
+
+    frame = read_table(project.resolve(), "case_certification")
+    flagged = flagged_rows(frame)
+    console.print(f"Dagster run {certification.run_id}: {certification_summary_line(frame)}", highlight=False)
+    if flagged:
+        console.print(certification_table(flagged))
+    raise typer.Exit(EXIT_CASES_FLAGGED if flagged else EXIT_ALLOW)
+
+
+def certification_table(rows: list[dict]) -> Table:
+    """One row per flag: case, flag over criterion, and the reason folded to the width."""
+    table = Table(title="Flagged cases", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False,
+                  pad_edge=False, collapse_padding=True)
+    table.add_column("case", no_wrap=True)
+    table.add_column("flag / criterion", overflow="fold", max_width=30)
+    table.add_column("reason", overflow="fold", ratio=1)
+    for row in rows:
+        table.add_row(row["case_id"], f"{row['flag']}\n[dim]{row['criterion'] or 'every criterion'}[/]", row["reason"])
+    return table
+
+
 def fail(message: str, exit_code: int) -> None:
     error_console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
     sys.exit(exit_code)

@@ -56,7 +56,6 @@ class ApprovalDesk:
     def __init__(self) -> None:
         # Empty until the runner resets it to a case's snapshot.
         self._world: dict[str, Any] = {table: [] if table in ROW_TABLES else {} for table in TABLES}
-        self._role: str | None = None
         self.toolbox = ToolBox(
             {
                 "get_approval": self._get_approval,
@@ -93,6 +92,12 @@ class ApprovalDesk:
             raise ValueError(f"unknown event {event['event']!r}")
 
     # -- the world's rules ---------------------------------------------------------------------
+
+    @property
+    def _role(self) -> str | None:
+        """Who acts: the role the tool box records each call under (the case's `input.role`),
+        so a tool behaves the same whoever calls it, the agent or a case's reference actions."""
+        return self.toolbox.role
 
     @property
     def _today(self) -> str:
@@ -218,7 +223,6 @@ class ApprovalDesk:
     # -- the agent -----------------------------------------------------------------------------
 
     def __call__(self, input: dict[str, Any]) -> dict[str, Any]:
-        self._role = input.get("role")
         application_id, action = input["application_id"], input.get("action", "release_funds")
         answer = self._handle(application_id, action, input.get("message", ""))
         self._check_claim(application_id, action, answer)

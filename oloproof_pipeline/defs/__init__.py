@@ -17,7 +17,7 @@ from dagster import (
 from ..model.config import Project
 from ..project import load_project
 from ..store.layout import tables_dir
-from .assets import IO_MANAGER_KEY, build_assets
+from .assets import CERTIFICATION, IO_MANAGER_KEY, build_assets
 from .automation import nightly_schedule, version_bump_sensor
 from .io_manager import ParquetIOManager
 from .resources import EvaluationProject, SandboxCluster
@@ -25,6 +25,7 @@ from .resources import EvaluationProject, SandboxCluster
 EVALUATE_JOB = "evaluate"
 REGRADE_JOB = "regrade"
 COMPARE_JOB = "compare_versions"
+CERTIFY_JOB = "certify"
 # What a re-grade rebuilds from stored tables: nothing here calls the system.
 REGRADED_ASSETS = ("verdicts", "slices", "gate")
 
@@ -47,9 +48,13 @@ def build_definitions(project_dir: str | Path, *, stop_downstream_on_block: bool
     versions = versions_partitions(project)
     assets, checks = build_assets(project, versions, stop_downstream_on_block=stop_downstream_on_block)
     comparison = AssetSelection.assets(AssetKey([project.name, "version_comparison"]))
+    certification = AssetSelection.assets(AssetKey([project.name, CERTIFICATION]))
+    # Certification plays every reference on the system: an evaluation does it only when the
+    # release policy gates on certified cases; `oloproof certify` (the certify job) any time.
+    uncertified = AssetSelection.assets() if project.release.require_certified_cases else certification
     evaluate = define_asset_job(
         EVALUATE_JOB,
-        selection=AssetSelection.groups(project.name) - comparison,
+        selection=AssetSelection.groups(project.name) - comparison - uncertified,
         description="Record, judge and gate one system version of the project.",
     )
     regrade = define_asset_job(
@@ -61,10 +66,16 @@ def build_definitions(project_dir: str | Path, *, stop_downstream_on_block: bool
     compare = define_asset_job(
         COMPARE_JOB, selection=comparison, description="Pair two versions' verdicts case by case."
     )
+    certify = define_asset_job(
+        CERTIFY_JOB,
+        selection=AssetSelection.assets(*(AssetKey([project.name, name]) for name in ("cases", "derived_cases", CERTIFICATION))),
+        description="Certify the cases: flag those a do-nothing agent passes, whose reference fails them, "
+        "and copies or duplicates that test nothing.",
+    )
     return Definitions(
         assets=assets,
         asset_checks=checks,
-        jobs=[evaluate, regrade, compare],
+        jobs=[evaluate, regrade, compare, certify],
         sensors=[version_bump_sensor(project, versions, evaluate)],
         schedules=[nightly_schedule(project, versions, evaluate)],
         resources={
@@ -76,4 +87,4 @@ def build_definitions(project_dir: str | Path, *, stop_downstream_on_block: bool
     )
 
 
-__all__ = ["COMPARE_JOB", "EVALUATE_JOB", "REGRADE_JOB", "build_definitions", "versions_partitions"]
+__all__ = ["CERTIFY_JOB", "COMPARE_JOB", "EVALUATE_JOB", "REGRADE_JOB", "build_definitions", "versions_partitions"]

@@ -18,6 +18,7 @@ from dagster import (
 )
 
 from ..model.outcomes import ALLOW, BLOCK, PASS
+from ..decide.certification import decide_certified_gate, exclude_uncertified
 from ..decide.validity import transform_validity, validity_markdown
 from ..decide.trials import project_trial_summaries, trials_markdown
 from ..decide.gate import (
@@ -44,6 +45,7 @@ from ..evaluators.judging import judge_verdict_table
 from ..evaluators.trials import judge_trial_table
 from ..model.cases import load_cases
 from ..model.config import Project
+from ..model.errors import ProjectError
 from ..model.fingerprints import code_versions, copies_inputs_digest
 from ..model.transforms import derive_cases
 from ..read import compare as comparison
@@ -62,6 +64,7 @@ from ..read.reports import (
     write_html_report,
 )
 from ..read.results import load_results, outcome_counts, replay_rows, results_from_tables
+from ..run.certification import certify_cases, flagged_rows
 from ..run.recording import record_case_table
 from ..run.trials import record_trial_table
 from ..run.replaying import replay_fault_table
@@ -164,6 +167,38 @@ def trials_metadata(trials: list) -> dict:
             for each in trials if each.flaky_cases
         }),
     }
+
+
+CERTIFICATION = "case_certification"
+
+
+def certification_code_version(code_version: dict[str, str]) -> str:
+    """Certification judges with the evaluators and plays references on the system."""
+    return f"{code_version['verdicts']}.{code_version['recorded_runs'].rsplit('-', 1)[-1]}"
+
+
+def certification_flags(project: Project) -> list[dict] | None:
+    """The stored certification's flags when the policy requires certified cases (else None)."""
+    if not project.release.require_certified_cases:
+        return None
+    certification = StoredTable.at(project.root, CERTIFICATION).readable("the gate cannot leave out uncertified cases")
+    if not certification.exists:
+        raise ProjectError(
+            f"{project.release_path}: require_certified_cases: no case certification is stored; run `oloproof certify` first"
+        )
+    return flagged_rows(certification.whole())
+
+
+def flags_markdown(rows: list[dict]) -> str:
+    """The flagged cases as a Markdown table (case, flag, criterion, reason)."""
+    if not rows:
+        return "No case flagged."
+    lines = ["| case | flag | criterion | reason |", "| --- | --- | --- | --- |"]
+    lines += [
+        f"| {row['case_id']} | {row['flag']} | {row['criterion'] or 'every criterion'} | {row['reason'].replace('|', '/')} |"
+        for row in rows
+    ]
+    return "\n".join(lines)
 
 
 def sandbox_pool(project: Project) -> str:
@@ -330,7 +365,8 @@ def build_assets(
 
     @asset(
         **per_version,
-        deps=upstream("cases", "derived_cases", "recorded_runs", "fault_replays", "verdicts", "slices"),
+        deps=upstream("cases", "derived_cases", "recorded_runs", "fault_replays", "verdicts", "slices")
+        + (upstream(CERTIFICATION) if project.release.require_certified_cases else []),
         code_version=code_version["gate"],
         description="The release gate: a decision per rule with its interval, and ALLOW or BLOCK. "
         "A BLOCK is a successful evaluation: the run stays green and carries the tag oloproof/gate=BLOCK.",
@@ -339,15 +375,21 @@ def build_assets(
         loaded = evaluation_project.load()
         version = context.partition_key
         stored = stored_tables(loaded, version)
-        gated = stored["verdicts"].columns(*GATED_VERDICT_COLUMNS, "case_id")
         validity = stored["derived_cases"].columns(*VALIDITY_COLUMNS) if stored["derived_cases"].exists else None
+        flags = certification_flags(loaded)
+        gated = stored["verdicts"].columns(*GATED_VERDICT_COLUMNS, "case_id")
         later_trials = stored_trial_verdicts(loaded, stored["trial_verdicts"])
-        inputs_digest = gate_inputs_digest(loaded, gated, validity, later_trials)
+        inputs_digest = gate_inputs_digest(
+            loaded, gated if flags is None else exclude_uncertified(gated, flags)[0], validity, later_trials
+        )
         stored_gate = previous(stored["gate"], "gate decided")
         frame = reusable_gate(stored_gate, inputs_digest)
         reused, reasons = frame is not None, []
         if frame is None:
-            decision = decide_release_gate(loaded, gated, validity, later_trials)
+            decision = (
+                decide_release_gate(loaded, gated, validity, later_trials) if flags is None
+                else decide_certified_gate(loaded, gated, validity, flags, later_trials)
+            )
             frame = gate_table(decision, version=version, judged_by_run=context.run.run_id, inputs_digest=inputs_digest)
             reasons.append(
                 "gate decided: first gate of this version" if stored_gate is None
@@ -373,6 +415,7 @@ def build_assets(
                 "report": file_link(report, output_dir(loaded.root)),
                 "dagster/row_count": len(frame),
                 "gate_reused": reused,
+                **({} if flags is None else {"uncertified_cases_excluded": len({flag["case_id"] for flag in flags})}),
                 **why(reasons),
                 **rule_numbers(rules),
                 **({} if trials is None else trials_metadata(trials)),
@@ -413,6 +456,35 @@ def build_assets(
                 **why(reasons),
                 "slices": MetadataValue.md(slices_markdown(rows)),
                 "buckets_marked_different": sum(bool(row.differs) for row in rows),
+            }
+        )
+        return frame
+
+    @asset(
+        **common,
+        name=CERTIFICATION,
+        deps=upstream("cases", "derived_cases"),
+        code_version=certification_code_version(code_version),
+        pool=sandbox_pool(project),
+        description="Each case certified: a do-nothing run and its reference run (expected.actions, played "
+        "through the system's tool box) judged by its own criteria, its copies and duplicates checked; the "
+        "cases flagged, each flag with its reason. Reference runs are kept while the case and system code hold.",
+    )
+    def case_certification(context: AssetExecutionContext, evaluation_project: EvaluationProject) -> pd.DataFrame:
+        loaded = evaluation_project.load()
+        stored = stored_tables(loaded)
+        cases = tables.cases_with_copies(stored["cases"].whole(tables.CASES_SCHEMA), None)
+        frame, summary = certify_cases(
+            loaded, cases, previous(StoredTable.at(loaded.root, CERTIFICATION), "reference runs played"),
+            certified_by_run=context.run.run_id,
+        )
+        context.log.info(f"certified {len(frame)} cases: {summary.flagged} flagged, {summary.played} references played")
+        context.add_output_metadata(
+            {
+                "dagster/row_count": len(frame),
+                **summary.as_metadata(),
+                "flags": MetadataValue.json(summary.flags),
+                "flagged": MetadataValue.md(flags_markdown(flagged_rows(frame))),
             }
         )
         return frame
@@ -462,5 +534,5 @@ def build_assets(
         )
         return comparison.comparison_table(comparisons, base, candidate)
 
-    assets = [cases, derived_cases, recorded_runs, fault_replays, verdicts, gate, slices, version_comparison]
+    assets = [cases, derived_cases, recorded_runs, fault_replays, verdicts, gate, slices, version_comparison, case_certification]
     return assets, [gate_allows_release]

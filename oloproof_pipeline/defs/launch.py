@@ -27,8 +27,9 @@ from ..model.transforms import derive_cases
 from ..store.layout import StoredTableError, read_table
 from ..store.tables import case_table, reusable_copies
 from ..project import load_project
+from ..run.certification import CERTIFICATION_RUN
 from ..run.system import current_system_version
-from . import EVALUATE_JOB, build_definitions, versions_partitions
+from . import CERTIFY_JOB, EVALUATE_JOB, build_definitions, versions_partitions
 from .instance import claim_instance, instance_lock, project_instance, project_location
 
 # Marks the runs the CLI started (user tags show in the runs list).
@@ -137,3 +138,23 @@ def innermost_message(error) -> str:
         error = error.cause
     # Dagster prefixes the qualified class name; our own errors' messages say it all.
     return re.sub(rf"^oloproof_pipeline\.[\w.]*\.{re.escape(error.cls_name or '')}: ", "", error.message.strip())
+
+
+def run_certification(
+    project_root: Path | str, *, instance: DagsterInstance | None = None, log_level: str = "CRITICAL"
+) -> EvaluationRun:
+    """Materialize the cases and their certification (the `certify` job) in the project's
+    instance, as `oloproof certify` does. Certification is of the cases, under no version."""
+    project = load_project(project_root)
+    validate_cases(project)
+    instance = instance or project_instance(project.root)
+    claim_instance(project.root, instance)
+    job = build_definitions(project.root).resolve_job_def(CERTIFY_JOB)
+    run = instance.create_run_for_job(
+        job,
+        run_config={"loggers": {"console": {"config": {"log_level": log_level}}}},
+        tags={**job.run_tags, LAUNCHED_BY_TAG: "oloproof certify"},
+        remote_job_origin=located_job_origin(project.root, job),
+    )
+    result = execute_run(InMemoryJob(job), run, instance, raise_on_error=False)
+    return EvaluationRun(run_id=result.run_id, version=CERTIFICATION_RUN, success=result.success, errors=step_errors(result))

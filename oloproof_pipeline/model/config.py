@@ -140,6 +140,9 @@ class ProjectConfig(StrictModel):
     min_slice_support: int = Field(default=10, ge=1)
     execution: ExecutionConfig = Field(default_factory=ExecutionConfig)
     schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
+    # A correct agent, `module:func(input, toolbox)` returning the output: `oloproof certify`
+    # plays it on each case without `expected.actions` (run/reference.py).
+    reference: str | None = Field(default=None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
     @field_validator("project")
     @classmethod
@@ -173,6 +176,8 @@ class ReleasePolicy(StrictModel):
     confidence_level: float = Field(default=0.95, gt=0.5, lt=1.0)
     allow_approximate_methods: bool = False
     min_clusters: int = Field(default=20, ge=2)
+    # Cases `oloproof certify` flags (broken, or passed by doing nothing) count as EXCLUDED.
+    require_certified_cases: bool = False
     # Validated when absent too: a policy that names no rule is refused, not an empty gate.
     rules: list[RuleConfig] = Field(default_factory=list, validate_default=True)
 

@@ -40,6 +40,22 @@ NOT_A_METAMORPHIC_PAIR = "not_a_metamorphic_pair"
 ANOTHER_TRANSFORM = "another_transform"
 STRUCTURAL_EXCLUSIONS = frozenset({METAMORPHIC_COPY, NOT_A_METAMORPHIC_PAIR, ANOTHER_TRANSFORM})
 
+# Why case certification flags a case (`oloproof certify`, the `case_certification` asset):
+# the case, not the agent, is what is wrong. Under `require_certified_cases: true` a flagged
+# case's verdicts are EXCLUDED with the flag as their reason, never counted as passes.
+PASSES_WHEN_NOTHING_IS_DONE = "passes_when_nothing_is_done"  # the starting state already passes
+REFERENCE_FAILS = "reference_fails"  # a correct agent's actions fail the case's own criteria
+COPY_LEAVES_FIELD_UNCHANGED = "copy_leaves_field_unchanged"  # the copy asks what its source asks
+JUDGED_BY_NO_CRITERION = "judged_by_no_criterion"  # every criterion excludes the case
+SAME_INPUT_DIFFERENT_EXPECTED = "same_input_different_expected"  # one request, two right answers
+CERTIFICATION_FLAGS = (
+    PASSES_WHEN_NOTHING_IS_DONE,
+    REFERENCE_FAILS,
+    COPY_LEAVES_FIELD_UNCHANGED,
+    JUDGED_BY_NO_CRITERION,
+    SAME_INPUT_DIFFERENT_EXPECTED,
+)
+
 
 class Judgement(BaseModel):
     """A verdict without its case: what every evaluator kind (and a python grader) returns."""
@@ -79,6 +95,8 @@ EXIT_USAGE = 2
 EXIT_BLOCK_INSUFFICIENT = 3
 EXIT_BLOCK_MANUAL_REVIEW = 4
 EXIT_INCOMPLETE = 5
+# `oloproof certify`: some case is flagged, so the suite fails its certification.
+EXIT_CASES_FLAGGED = EXIT_BLOCK_FAIL
 
 
 def exit_code_for(rule_decisions: Iterable[str]) -> int:

@@ -18,6 +18,11 @@ class SystemSpec:
     project_root: str
     callable: str
     name: str
+    # Certification's sandboxes: the system wrapped so a case plays its reference actions
+    # through the system's own tool box instead of running the agent (run/reference.py).
+    plays_references: bool = False
+    # oloproof.yaml's `reference` (`module:func`), played on cases without expected.actions.
+    reference: str | None = None
 
     def build(self) -> Any:
         return build_system(self.load_attribute())

@@ -23,6 +23,7 @@ from typing import Any
 
 from ..model.config import PROJECT_FILE
 from ..model.errors import ProjectError
+from .reference import ReferencePlayer, load_reference
 from .runner import SandboxRunner, can_replay
 from .spec import SystemSpec, build_system
 from .supervisor import TASKS, RecordTask, ReplayTask, SystemFacts, WorkerMessage
@@ -82,9 +83,11 @@ def start(settings: dict[str, Any]) -> tuple[SandboxRunner, SystemFacts]:
     """Import and build the system once; the runner, and what the system says about itself."""
     spec = SystemSpec(**settings["spec"])
     attribute = spec.load_attribute()
-    runner = SandboxRunner(
-        lambda: build_system(attribute), system_version=settings["system_version"], timeout_s=settings["timeout_s"]
-    )
+    build = lambda: build_system(attribute)  # noqa: E731
+    if spec.plays_references:
+        reference = load_reference(spec)
+        build = lambda: ReferencePlayer(build_system(attribute), reference)  # noqa: E731
+    runner = SandboxRunner(build, system_version=settings["system_version"], timeout_s=settings["timeout_s"])
     return runner, SystemFacts(version=reported_version(attribute), replayable=can_replay(runner.system))
 
 

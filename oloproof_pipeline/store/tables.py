@@ -128,10 +128,23 @@ TABLE_SCHEMAS = {
     "fault_replays": FAULT_REPLAYS_SCHEMA, "verdicts": VERDICTS_SCHEMA, "slices": SLICES_SCHEMA, "gate": GATE_SCHEMA,
     "trial_runs": TRIAL_RUNS_SCHEMA, "trial_verdicts": TRIAL_VERDICTS_SCHEMA,
 }
+# Case certification (`oloproof certify`): one row per case, its flags (JSON list of
+# {flag, criterion, reason}) and its reference run, kept while `reference_key` holds.
+CERTIFICATION_SCHEMA = pa.schema(
+    [
+        ("case_id", TEXT), ("case_digest", TEXT), ("source_id", TEXT), ("certified", BOOL), ("flags", TEXT),
+        ("has_reference", BOOL), ("reference_status", TEXT), ("reference_run", TEXT), ("reference_key", TEXT),
+        ("certified_by_run", TEXT),
+    ]
+)
+CERTIFICATION_NESTED = ("flags", "reference_run")
+TABLE_SCHEMAS["case_certification"] = CERTIFICATION_SCHEMA
+
 # The cache keys stored beside each table's columns: a table written before they existed
 # is still that table (it reads them as nulls, so nothing in it is reused without a key).
 CACHE_KEY_COLUMNS = frozenset(
-    {"code_fingerprint", "code_files", "recording_key", "evaluator_digest", "inputs_key", "judging_digest", "inputs_digest"}
+    {"code_fingerprint", "code_files", "recording_key", "evaluator_digest", "inputs_key", "judging_digest", "inputs_digest",
+     "reference_key"}
 )
 
 
