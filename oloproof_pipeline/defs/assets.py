@@ -64,7 +64,7 @@ from ..run.replaying import replay_fault_table
 from ..store import tables
 from ..store.layout import output_dir
 from ..store.stored import StoredTable
-from ..store.tables import reusable_copies, rows_from_frame
+from ..store.tables import model_usage_totals, reusable_copies, rows_from_frame
 from .metadata import (
     GATE_TAG,
     ProgressLog,
@@ -221,6 +221,8 @@ def build_assets(
                 **summary.as_metadata(),
                 **why(summary.reasons()),
                 "status": MetadataValue.json(value_counts(frame, "status")),
+                # A chat agent's cost for the version: model calls, tokens, latency (summed).
+                **model_usage_totals(frame),
             }
         )
         return frame
