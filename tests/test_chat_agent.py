@@ -47,10 +47,15 @@ def standin():
     server.stop()
 
 
-def configure(root: Path, url: str, *, cases: list[str] | None = None, model: dict | None = None, timeout_s: float | None = None) -> Path:
+def configure(
+    root: Path, url: str, *, cases: list[str] | None = None, model: dict | None = None, timeout_s: float | None = None,
+    answer: dict | None = None,
+) -> Path:
     """The example's project at `root`, its model at `url` (and other settings changed)."""
     config = yaml.safe_load((root / "oloproof.yaml").read_text())
     config["system"]["model"].update({"base_url": url, **(model or {})})
+    if answer is not None:
+        config["system"]["answer"] = answer
     if timeout_s is not None:
         config["execution"]["timeout_s"] = timeout_s
     (root / "oloproof.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
@@ -179,6 +184,18 @@ def test_a_hanging_endpoint_costs_one_case(chat_desk, standin):
     _, _, runs = record(chat_desk)
     assert runs["ord-002"].status == "timeout"
     assert runs["ord-001"].status == runs["ord-003"].status == "ok"
+
+
+def test_the_final_message_is_the_output_as_json_or_under_a_field(chat_desk, standin):
+    configure(chat_desk, standin.url, cases=["ord-001"])
+    _, _, runs = record(chat_desk)
+    assert runs["ord-001"].output == {"answer": "refunded"}  # JSON mode: the object the model wrote
+    assert standin.requests[-1]["response_format"] == {"type": "json_object"}
+
+    configure(chat_desk, standin.url, answer={"format": "text", "field": "reply"})
+    _, _, runs = record(chat_desk)
+    assert runs["ord-001"].output == {"reply": "refunded"}
+    assert "response_format" not in standin.requests[-1]
 
 
 def test_the_prompt_and_the_model_settings_are_the_systems_code(chat_desk):

@@ -132,7 +132,7 @@ class StandIn:
         return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
 
     def start(self) -> "StandIn":
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self._thread.start()
         return self
 
