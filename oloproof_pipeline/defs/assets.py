@@ -71,7 +71,7 @@ from ..run.replaying import replay_fault_table
 from ..store import tables
 from ..store.layout import output_dir
 from ..store.stored import StoredTable
-from ..store.tables import reusable_copies, rows_from_frame
+from ..store.tables import model_usage_totals, reusable_copies, rows_from_frame
 from .metadata import (
     GATE_TAG,
     ProgressLog,
@@ -295,6 +295,8 @@ def build_assets(
                 **why(summary.reasons() + trial_summary.reasons("trial recording")),
                 "status": MetadataValue.json(value_counts(frame, "status")),
                 **trial_metadata(loaded, trial_frame, trial_summary.as_metadata("trial_runs")),
+                # A chat agent's cost for the version: model calls, tokens, latency (summed).
+                **model_usage_totals(frame),
             }
         )
         return frame

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -44,15 +44,76 @@ def require_unique(names: list[str], what: str) -> None:
 # -- oloproof.yaml -------------------------------------------------------------------------
 
 
+# -- system.kind: chat_agent (a model-driven agent over the tool box; run/chat_agent.py) -----
+
+MODULE_ATTRIBUTE = r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$"
+CHAT_AGENT = "chat_agent"
+CHAT_AGENT_KEYS = ("model", "prompt", "tools", "max_turns", "answer")
+
+
+class ChatModelConfig(StrictModel):
+    """An OpenAI-compatible chat-completions endpoint, and how hard to try it."""
+
+    base_url: str = Field(pattern=r"^https?://")
+    name: str
+    # The environment variable holding the API key (sent as a bearer token); none for a local server.
+    api_key_env: str | None = None
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    request_timeout_s: float = Field(default=60.0, gt=0, le=3600)
+    # A request refused (connection refused, 429, 5xx, a timeout) is tried again this many times.
+    retries: int = Field(default=3, ge=0, le=10)
+    backoff_s: float = Field(default=1.0, ge=0, le=60)
+
+
+class ChatAnswerConfig(StrictModel):
+    """How the final message becomes the case's output: `text` puts its text under `field`;
+    `json` asks the model for a JSON object (JSON mode) and takes that object as the output."""
+
+    format: Literal["text", "json"] = "text"
+    field: str = "answer"
+
+
 class SystemConfig(StrictModel):
     name: str
     version: str | None = None
-    callable: str = Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+    # For `kind: chat_agent`, the tools' module:attr (the system's code lives there).
+    callable: str = Field(pattern=MODULE_ATTRIBUTE)
     # The record tables of the system's state (e.g. `orders`), named when a reset check fails.
     records: list[str] | None = None
     # Files and folders (relative to the project) that are the system's code besides the
     # callable's own module: an edit to any of them re-records, as one to that module does.
     code_paths: list[str] = Field(default_factory=list)
+    # `chat_agent`: a chat-completions model calling `tools` (a class: tool schemas, their
+    # implementations over the state, reset and snapshot), prompted by the `prompt` file.
+    kind: Literal["callable", "chat_agent"] = "callable"
+    model: ChatModelConfig | None = None
+    prompt: str | None = None
+    tools: str | None = Field(default=None, pattern=MODULE_ATTRIBUTE)
+    max_turns: int = Field(default=12, ge=1, le=200)
+    answer: ChatAnswerConfig = Field(default_factory=ChatAnswerConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _chat_agent_keys(cls, data: Any) -> Any:
+        """A chat agent names its `tools`, which are its code (its `callable`); other kinds take
+        none of its keys."""
+        if not isinstance(data, dict):
+            return data
+        if data.get("kind") == CHAT_AGENT:
+            if data.get("callable", data.get("tools")) != data.get("tools"):
+                raise ValueError("a chat_agent names its 'tools', not a 'callable'")
+            missing = [key for key in ("model", "prompt", "tools") if data.get(key) is None]
+            if missing:
+                raise ValueError(f"a chat_agent needs {', '.join(repr(key) for key in missing)}")
+            return {**data, "callable": data["tools"]}
+        given = [key for key in CHAT_AGENT_KEYS if key in data]
+        if given:
+            raise ValueError(f"{', '.join(repr(key) for key in given)} only go with 'kind: chat_agent'")
+        return data
+
+    @property
+    def is_chat_agent(self) -> bool:
+        return self.kind == CHAT_AGENT
 
     @field_validator("version")
     @classmethod

@@ -141,6 +141,13 @@ def system_code_files(project: Project) -> list[Path]:
         if not path.exists():
             raise ProjectError(f"{where}.code_paths[{index}]: no file or folder {path}")
         files.extend(found for found in files_under(path) if found not in files)
+    prompt = project.config.system.prompt
+    if prompt is not None:  # a chat agent's prompt is its code as much as its tools are
+        path = project.root / prompt
+        if not path.is_file():
+            raise ProjectError(f"{where}.prompt: no file {path}")
+        if path not in files:
+            files.append(path)
     return files
 
 
@@ -149,6 +156,9 @@ def system_code_fingerprint(project: Project) -> CodeFingerprint:
     files = {relative_name(path, project.root): file_digest(path) for path in system_code_files(project)}
     files[PIPELINE_ENTRY] = pipeline_code_version()
     body = {"callable": project.config.system.callable, "files": files}
+    system = project.config.system
+    if system.is_chat_agent:  # the model, its settings and the loop's are code too (never the key)
+        body["chat_agent"] = system.model_dump(mode="json", include={"model", "max_turns", "answer"}, exclude={"model": {"api_key_env"}})
     return CodeFingerprint(digest=digest(SYSTEM_CODE_TAG, body), files=files)
 
 

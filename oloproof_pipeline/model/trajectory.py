@@ -10,6 +10,9 @@ from typing import Any, Callable, Literal, Sequence, TypeVar
 from pydantic import BaseModel, ConfigDict, Field
 
 TerminalStatus = Literal["success", "failure", "truncated"]
+# A chat agent's model turn (run/chat_agent.py): `result` holds the request's digest, the
+# response, its token usage and latency, and whether it was served from the recording.
+MODEL_STEP = "model"
 Item = TypeVar("Item")
 
 
@@ -132,6 +135,24 @@ class Trajectory(BaseModel):
     def tool_call_signatures(self) -> list[tuple[str | None, dict[str, Any] | None]]:
         """The ordered (tool, arguments) pairs: what two runs must share to count as the same actions."""
         return [(step.tool, step.arguments) for step in self.tool_calls()]
+
+    def model_turns(self) -> list[dict[str, Any]]:
+        return [step.result for step in self.steps if step.kind == MODEL_STEP and isinstance(step.result, dict)]
+
+    def model_usage(self) -> dict[str, Any]:
+        """The model calls made live (not served from a recording), their tokens and latency;
+        None each for a trajectory with no model turn at all (a scripted agent's)."""
+        turns = self.model_turns()
+        if not turns:
+            return dict.fromkeys(("model_calls", "prompt_tokens", "completion_tokens", "model_latency_s"))
+        live = [turn for turn in turns if not turn.get("served")]
+        usage = [turn.get("usage") or {} for turn in live]
+        return {
+            "model_calls": len(live),
+            "prompt_tokens": sum(int(each.get("prompt_tokens") or 0) for each in usage),
+            "completion_tokens": sum(int(each.get("completion_tokens") or 0) for each in usage),
+            "model_latency_s": round(sum(float(turn.get("latency_s") or 0.0) for turn in live), 6),
+        }
 
     def failed_constraints(self) -> list[RecordedConstraint]:
         return [constraint for constraint in self.constraints if not constraint.passed]

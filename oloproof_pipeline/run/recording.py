@@ -20,6 +20,7 @@ from ..model.config import Project
 from ..model.errors import SystemVersionMismatch
 from ..model.fingerprints import CodeFingerprint, row_key, system_code_fingerprint
 from ..model.records import RecordedRun
+from ..model.trajectory import Trajectory
 from ..store.journal import Journal, sandbox_lock
 from ..store.stored import StoredTable
 from ..store.tables import (
@@ -84,6 +85,7 @@ def recording_row(run: RecordedRun, code: CodeFingerprint) -> dict[str, Any]:
         "code_fingerprint": code.digest,
         "code_files": code.files_text,
         "recording_key": recording_key(run.case_digest, run.system_version, code.digest, run.recorded_by_run, run.status),
+        **(run.trajectory or Trajectory()).model_usage(),
     }
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from ..model.errors import ProjectError
 from ..model.modules import load_callable, module_file_of
+from .chat_agent import chat_agent_class
 
 
 @dataclass(frozen=True)
@@ -23,11 +24,16 @@ class SystemSpec:
     plays_references: bool = False
     # oloproof.yaml's `reference` (`module:func`), played on cases without expected.actions.
     reference: str | None = None
+    # `system.kind: chat_agent`: its settings (run/chat_agent.py builds the agent over `callable`,
+    # its tools).
+    chat_agent: dict[str, Any] | None = None
 
     def build(self) -> Any:
         return build_system(self.load_attribute())
 
     def load_attribute(self) -> Any:
+        if self.chat_agent is not None:
+            return chat_agent_class(Path(self.project_root), self.callable, self.chat_agent)
         return load_callable(Path(self.project_root), self.callable)
 
     @property

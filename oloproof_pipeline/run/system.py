@@ -11,6 +11,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from ..model.config import PROJECT_FILE, VERSION_PATTERN, Project
 from ..model.errors import ProjectError
+from .chat_agent import chat_agent_settings
 from .spec import SystemSpec
 from .supervisor import SystemFacts, probe_system
 from .toolbox import ToolBox
@@ -33,7 +34,8 @@ class Replayable(Protocol):
 
 
 def system_spec(project: Project) -> SystemSpec:
-    return SystemSpec(str(project.root), project.config.system.callable, project.config.system.name)
+    system = project.config.system
+    return SystemSpec(str(project.root), system.callable, system.name, chat_agent_settings(system))
 
 
 def reported_version(attribute: Any) -> str | None:

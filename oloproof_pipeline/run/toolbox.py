@@ -42,10 +42,13 @@ class ReplayScript(BaseModel):
 
     served: list[ToolCall] = Field(default_factory=list)
     change: ToolChange | None = None
+    # The whole recording replayed: a system may serve its own recorded steps from it (a chat
+    # agent's model responses, see run/chat_agent.py).
+    recording: Trajectory | None = None
 
     @classmethod
     def from_recording(cls, trajectory: Trajectory, checkpoint: Checkpoint, change: ToolChange | None) -> "ReplayScript":
-        return cls(served=trajectory.calls()[: checkpoint.calls_before], change=change)
+        return cls(served=trajectory.calls()[: checkpoint.calls_before], change=change, recording=trajectory)
 
 
 class StepLimitReached(Exception):
@@ -146,6 +149,15 @@ class ToolBox:
 
     def message(self, text: str) -> None:
         self._trajectory.steps.append(Step(kind="message", text=text))
+
+    def note(self, step: Step) -> None:
+        """Record a step that is not a tool call (a chat agent's model turn, say)."""
+        self._trajectory.steps.append(step)
+
+    @property
+    def replaying(self) -> ReplayScript | None:
+        """The replay this case is (None while recording)."""
+        return self._replay
 
     def finish(self, status: TerminalStatus) -> None:
         self._trajectory.terminal_status = status

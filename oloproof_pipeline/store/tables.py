@@ -80,8 +80,18 @@ RECORDED_RUNS_SCHEMA = pa.schema(
         ("code_fingerprint", TEXT), ("code_files", TEXT),
         # This very recording (case, version, code, run): what verdicts and replays are keyed by.
         ("recording_key", TEXT),
+        # A chat agent's model calls made live for the case, their tokens and latency (nulls
+        # for a system with no model turns; Trajectory.model_usage).
+        ("model_calls", INT), ("prompt_tokens", INT), ("completion_tokens", INT), ("model_latency_s", FLOAT),
     ]
 )
+MODEL_USAGE_COLUMNS = frozenset({"model_calls", "prompt_tokens", "completion_tokens", "model_latency_s"})
+
+
+def model_usage_totals(runs: pd.DataFrame) -> dict[str, float | int]:
+    """The model calls, tokens and latency of a version's recordings, summed (none without any)."""
+    present = [name for name in sorted(MODEL_USAGE_COLUMNS) if name in runs.columns and runs[name].notna().any()]
+    return {name: (round(float(runs[name].sum()), 6) if name == "model_latency_s" else int(runs[name].sum())) for name in present}
 VERDICTS_SCHEMA = pa.schema(
     [
         ("case_id", TEXT), ("case_digest", TEXT), ("group_id", TEXT), ("criterion", TEXT), ("outcome", TEXT),
@@ -151,7 +161,8 @@ CACHE_KEY_COLUMNS = frozenset(
 def required_columns(table: str) -> list[str]:
     """The columns a stored file must have to be `table` (none for a table we do not know)."""
     schema = TABLE_SCHEMAS.get(table)
-    return [] if schema is None else [name for name in schema.names if name not in CACHE_KEY_COLUMNS]
+    optional = CACHE_KEY_COLUMNS | MODEL_USAGE_COLUMNS  # tables stored before these existed still read
+    return [] if schema is None else [name for name in schema.names if name not in optional]
 
 
 def to_json_text(value: Any) -> str | None:

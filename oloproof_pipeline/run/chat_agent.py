@@ -1,0 +1,332 @@
+"""`system.kind: chat_agent`: a model-driven agent with no Python of the user's but its tools.
+
+The loop: the prompt and the case's input go to an OpenAI-compatible chat-completions endpoint
+with the tools as function schemas; each tool call the model asks for is dispatched through
+the tool box (so state, trajectory, checkpoints, faults and events work as for a scripted
+agent) and its result handed back, until the model answers without a tool call (the case's
+output) or `max_turns` model turns have passed (`truncated`).
+
+Every model turn is a step of kind `model` in the trajectory, holding the digest of the request
+and the response. A replay re-sends the same requests and is answered from the recording by
+digest: a control replay reproduces the recording by construction, with no model call; a
+faulted replay's requests differ from the fault on (the model sees the injected error), so
+from there the model is called live. A request the endpoint refuses (connection refused, 429,
+5xx, a timeout) is tried again with backoff a bounded number of times, then fails the case
+(status `error`: every verdict MISSING, never a pass). The case's deadline
+(`execution.timeout_s`) interrupts a request or a backoff like any other work of the system.
+
+The tools (`system.tools: "module:attr"`) name a class or factory (called once per sandbox with
+no arguments) whose instance holds the state and has:
+- `tool_schemas`: {tool name: {"description": ..., "parameters": <JSON schema>}};
+- a method of each tool's name, called with the model's arguments as keywords;
+- `reset(state)` and `snapshot()`, and optionally `apply_event(event)` for scripted events.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import defaultdict, deque
+from pathlib import Path
+from typing import Any
+
+import httpx
+from pydantic import BaseModel, ConfigDict
+
+from ..model.config import PROJECT_FILE, ChatAnswerConfig, ChatModelConfig, SystemConfig
+from ..model.digests import digest
+from ..model.errors import ProjectError
+from ..model.modules import load_callable
+from ..model.trajectory import MODEL_STEP, Step
+from .toolbox import ReplayScript, ToolBox
+
+REQUEST_TAG = "chat_request/v1"
+# Waits between tries double from `backoff_s`, never beyond this (nor beyond a Retry-After under it).
+MAX_BACKOFF_S = 30.0
+SHOWN_BODY_CHARS = 200
+
+
+class ChatAgentSettings(BaseModel):
+    """What the worker needs of `system` to build the agent (plain JSON on the way there)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: ChatModelConfig
+    prompt: str
+    max_turns: int
+    answer: ChatAnswerConfig
+
+
+def chat_agent_settings(system: SystemConfig) -> dict[str, Any] | None:
+    """The settings a chat agent's worker builds it from (None for any other kind)."""
+    if not system.is_chat_agent:
+        return None
+    return system.model_dump(mode="json", include={"model", "prompt", "max_turns", "answer"})
+
+
+def chat_agent_class(project_root: Path, tools: str, settings: dict[str, Any]) -> type:
+    """A ChatAgent class bound to one project's tools and settings: built, as any system
+    class is, with no arguments."""
+    bound = {"project_root": project_root, "tools_name": tools, "settings": ChatAgentSettings.model_validate(settings)}
+    return type("ChatAgent", (ChatAgent,), bound)
+
+
+class ModelUnavailable(Exception):
+    """The endpoint gave no usable answer, after the retries allowed: the case is an error."""
+
+
+# -- the endpoint -----------------------------------------------------------------------------
+
+
+def is_retryable(status_code: int) -> bool:
+    return status_code == 429 or status_code >= 500
+
+
+def retry_after_s(response: httpx.Response) -> float | None:
+    try:
+        return float(response.headers["retry-after"])
+    except (KeyError, ValueError):
+        return None
+
+
+class ChatModel:
+    """An OpenAI-compatible chat-completions endpoint, called through httpx."""
+
+    def __init__(self, config: ChatModelConfig, api_key: str | None):
+        self.config = config
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.url = config.base_url.rstrip("/") + "/chat/completions"
+        self._client = httpx.Client(headers=headers, timeout=config.request_timeout_s)
+
+    def complete(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The turn the model answers `body` with: its message, finish reason, token usage,
+        latency (all tries, waits included) and how many tries it took."""
+        started = time.perf_counter()
+        problem, wait_hint = "", None
+        tries = self.config.retries + 1
+        for attempt in range(tries):
+            if attempt:
+                time.sleep(self._backoff(attempt, wait_hint))
+            try:
+                response = self._client.post(self.url, json=body)
+            except httpx.TransportError as error:  # refused, reset, timed out
+                problem, wait_hint = f"{type(error).__name__}: {error or 'no answer'}", None
+                continue
+            if is_retryable(response.status_code):
+                problem, wait_hint = f"HTTP {response.status_code}: {response.text[:SHOWN_BODY_CHARS]}", retry_after_s(response)
+                continue
+            if response.is_error:  # a request the endpoint will never accept: no point trying again
+                raise ModelUnavailable(f"{self.url} refused the request: HTTP {response.status_code}: {response.text[:SHOWN_BODY_CHARS]}")
+            return {**completion_turn(response, self.url), "latency_s": round(time.perf_counter() - started, 6), "attempts": attempt + 1}
+        raise ModelUnavailable(f"{self.url} failed {tries} time(s); the last: {problem}")
+
+    def _backoff(self, attempt: int, hint: float | None) -> float:
+        wait = self.config.backoff_s * 2 ** (attempt - 1)
+        if hint is not None:
+            wait = max(wait, hint)
+        return min(wait, MAX_BACKOFF_S)
+
+
+def completion_turn(response: httpx.Response, url: str) -> dict[str, Any]:
+    """The first choice's message, finish reason and usage of a chat completion."""
+    try:
+        data = response.json()
+        choice = data["choices"][0]
+        message = choice["message"]
+        if not isinstance(message, dict):
+            raise TypeError("message is not an object")
+    except (ValueError, KeyError, IndexError, TypeError) as error:
+        raise ModelUnavailable(f"{url} answered with no chat completion ({type(error).__name__}: {error})") from None
+    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+    return {
+        "message": sent_message(message),
+        "finish_reason": choice.get("finish_reason"),
+        "usage": {key: usage.get(key) for key in ("prompt_tokens", "completion_tokens", "total_tokens")},
+    }
+
+
+def sent_message(message: dict[str, Any]) -> dict[str, Any]:
+    """The assistant's message as it goes back to the model in the next request (the same
+    text whether it came live or from a recording, so the requests that follow match)."""
+    sent: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
+    calls = message.get("tool_calls") or []
+    if calls:
+        sent["tool_calls"] = [
+            {
+                "id": call.get("id"),
+                "type": "function",
+                "function": {
+                    "name": (call.get("function") or {}).get("name"),
+                    "arguments": (call.get("function") or {}).get("arguments") or "{}",
+                },
+            }
+            for call in calls
+        ]
+    return sent
+
+
+# -- recorded responses ---------------------------------------------------------------------
+
+
+class RecordedResponses:
+    """A recording's model turns by request digest: what a replay is answered from."""
+
+    def __init__(self, replay: ReplayScript | None):
+        self._turns: dict[str, deque[dict[str, Any]]] = defaultdict(deque)
+        if replay is not None and replay.recording is not None:
+            for turn in replay.recording.model_turns():
+                self._turns[turn.get("request_digest")].append(turn)
+
+    def take(self, request_digest: str) -> dict[str, Any] | None:
+        """The recorded answer to this very request (each served once), or None."""
+        waiting = self._turns.get(request_digest)
+        if not waiting:
+            return None
+        return {**waiting.popleft(), "served": True}
+
+
+# -- the agent ------------------------------------------------------------------------------
+
+
+class ChatAgent:
+    """The system under test for `kind: chat_agent` (a subclass bound by `chat_agent_class`)."""
+
+    project_root: Path
+    tools_name: str
+    settings: ChatAgentSettings
+
+    def __init__(self) -> None:
+        where = f"{self.project_root / PROJECT_FILE}: system"
+        # A class, or a factory: called with no arguments, once per sandbox.
+        self.environment = load_callable(self.project_root, self.tools_name, where=f"{where}.tools")()
+        self.schemas = tool_schemas(self.environment, f"{where}.tools ({self.tools_name})")
+        self.toolbox = ToolBox({name: getattr(self.environment, name) for name in self.schemas})
+        self.prompt = read_prompt(self.project_root / self.settings.prompt, f"{where}.prompt")
+        self.model = ChatModel(self.settings.model, api_key(self.settings.model, f"{where}.model.api_key_env"))
+
+    # -- the sandbox: the tools' own state ------------------------------------------------
+
+    def reset(self, state: Any) -> None:
+        self.environment.reset(state)
+
+    def snapshot(self) -> Any:
+        return self.environment.snapshot()
+
+    def apply_event(self, event: dict[str, Any]) -> Any:
+        handler = getattr(self.environment, "apply_event", None)
+        if not callable(handler):
+            raise AttributeError(f"{self.tools_name} has no apply_event(event) for the case's scripted events")
+        return handler(event)
+
+    # -- one case ---------------------------------------------------------------------------
+
+    def __call__(self, case_input: Any) -> Any:
+        recorded = RecordedResponses(self.toolbox.replaying)
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": self.prompt},
+            {"role": "user", "content": user_text(case_input)},
+        ]
+        for _ in range(self.settings.max_turns):
+            body = self.request(messages)
+            request_digest = digest(REQUEST_TAG, body)
+            turn = recorded.take(request_digest) or {**self.model.complete(body), "served": False}
+            turn["request_digest"] = request_digest
+            message = turn["message"]
+            self.toolbox.note(Step(kind=MODEL_STEP, text=message.get("content"), result=turn))
+            messages.append(message)
+            calls = message.get("tool_calls") or []
+            if not calls:
+                self.toolbox.finish("success")
+                return self.output(message.get("content"))
+            for call in calls:
+                result = self.dispatch(call["function"]["name"], call["function"]["arguments"])
+                messages.append({"role": "tool", "tool_call_id": call["id"], "content": result_text(result)})
+        self.toolbox.finish("truncated")
+        return None
+
+    def request(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.settings.model.name,
+            "messages": messages,
+            "tools": [
+                {"type": "function", "function": {"name": name, **schema}} for name, schema in sorted(self.schemas.items())
+            ],
+            "temperature": self.settings.model.temperature,
+        }
+        if self.settings.answer.format == "json":
+            body["response_format"] = {"type": "json_object"}
+        return body
+
+    def dispatch(self, name: Any, arguments_text: Any) -> Any:
+        """Run the tool the model asked for through the tool box; a call the model got wrong
+        is an error result it sees, as a real agent runtime would hand it back."""
+        if name not in self.schemas:
+            return {"error": f"no tool named {name!r} (tools: {', '.join(sorted(self.schemas))})"}
+        try:
+            arguments = json.loads(arguments_text or "{}")
+        except (TypeError, ValueError):
+            arguments = None
+        if not isinstance(arguments, dict):
+            return {"error": f"the arguments of {name} are not a JSON object: {arguments_text!r}"}
+        return self.toolbox.call(name, **arguments)
+
+    def output(self, content: Any) -> Any:
+        """The final message as the case's output: under the answer field, or the JSON object
+        it is (JSON mode). A final message that is not one is the case's error."""
+        answer = self.settings.answer
+        if answer.format == "text":
+            return {answer.field: content or ""}
+        try:
+            value = json.loads(content or "")
+        except ValueError:
+            value = None
+        if not isinstance(value, dict):
+            raise ValueError(f"the model's final message is not a JSON object: {str(content)[:SHOWN_BODY_CHARS]!r}")
+        return value
+
+
+def user_text(case_input: Any) -> str:
+    """The case's input as the user's message: its text, or its JSON."""
+    if isinstance(case_input, str):
+        return case_input
+    return json.dumps(case_input, ensure_ascii=False, sort_keys=True)
+
+
+def result_text(result: Any) -> str:
+    return json.dumps(result, ensure_ascii=False, sort_keys=True, default=repr)
+
+
+def tool_schemas(environment: Any, where: str) -> dict[str, dict[str, Any]]:
+    """The tools' schemas, each with a method of its name to run it."""
+    schemas = getattr(environment, "tool_schemas", None)
+    if not isinstance(schemas, dict) or not schemas:
+        raise ProjectError(f"{where}: has no 'tool_schemas' ({{tool name: {{description, parameters}}}})")
+    problems = []
+    for name, schema in schemas.items():
+        if not isinstance(schema, dict) or not isinstance(schema.get("parameters", {}), dict):
+            problems.append(f"{where}: tool_schemas[{name!r}] is not {{description, parameters: <JSON schema>}}")
+        elif not callable(getattr(environment, str(name), None)):
+            problems.append(f"{where}: tool_schemas names {name!r}, but there is no method {name}(...) to run it")
+    for method in ("reset", "snapshot"):
+        if not callable(getattr(environment, method, None)):
+            problems.append(f"{where}: has no {method}() method (the runner resets the state before each case and reads it after)")
+    if problems:
+        raise ProjectError(problems)
+    return {str(name): dict(schema) for name, schema in schemas.items()}
+
+
+def read_prompt(path: Path, where: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise ProjectError(f"{where}: cannot read {path}: {error}") from None
+
+
+def api_key(config: ChatModelConfig, where: str) -> str | None:
+    if config.api_key_env is None:
+        return None
+    key = os.environ.get(config.api_key_env)
+    if not key:
+        raise ProjectError(f"{where}: the environment variable {config.api_key_env} is not set")
+    return key
