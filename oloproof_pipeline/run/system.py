@@ -35,7 +35,7 @@ class Replayable(Protocol):
 
 def system_spec(project: Project) -> SystemSpec:
     system = project.config.system
-    return SystemSpec(str(project.root), system.callable, system.name, chat_agent_settings(system))
+    return SystemSpec(str(project.root), system.callable, system.name, chat_agent=chat_agent_settings(system))
 
 
 def reported_version(attribute: Any) -> str | None:
