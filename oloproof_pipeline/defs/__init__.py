@@ -36,7 +36,7 @@ warnings.filterwarnings("ignore", message="Specifying a partitions_def on an Ass
 def versions_partitions(project: Project) -> DynamicPartitionsDefinition:
     """One partition per system version; named per project so two projects in one
     Dagster instance keep their versions apart."""
-    return DynamicPartitionsDefinition(name=f"{project.name}_versions")
+    return DynamicPartitionsDefinition(name=f"{project.dagster_name}_versions")
 
 
 def build_definitions(project_dir: str | Path, *, stop_downstream_on_block: bool = False) -> Definitions:
@@ -46,15 +46,15 @@ def build_definitions(project_dir: str | Path, *, stop_downstream_on_block: bool
     project = load_project(project_dir)
     versions = versions_partitions(project)
     assets, checks = build_assets(project, versions, stop_downstream_on_block=stop_downstream_on_block)
-    comparison = AssetSelection.assets(AssetKey([project.name, "version_comparison"]))
+    comparison = AssetSelection.assets(AssetKey([project.dagster_name, "version_comparison"]))
     evaluate = define_asset_job(
         EVALUATE_JOB,
-        selection=AssetSelection.groups(project.name) - comparison,
+        selection=AssetSelection.groups(project.dagster_name) - comparison,
         description="Record, judge and gate one system version of the project.",
     )
     regrade = define_asset_job(
         REGRADE_JOB,
-        selection=AssetSelection.assets(*(AssetKey([project.name, name]) for name in REGRADED_ASSETS)),
+        selection=AssetSelection.assets(*(AssetKey([project.dagster_name, name]) for name in REGRADED_ASSETS)),
         description="Re-judge stored recordings and replays of any version, without the system under test. "
         "Backfill it over old versions after an evaluator or a rule changes.",
     )
