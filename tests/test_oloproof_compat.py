@@ -337,6 +337,25 @@ def test_an_oloproof_system_records_its_trajectory_and_replays_with_oloproofs_ty
     assert system.replays == [("AgentTrajectory", "start", "inject_fault", 1, "error"), ("AgentTrajectory", "start", "resume", None, None)]
 
 
+def test_oloproof_terminal_statuses_map_so_an_undecided_run_never_succeeds() -> None:
+    oloproof = pytest.importorskip("oloproof", reason="the oloproof extra is not installed")
+    from oloproof_pipeline.run.oloproof_systems import from_agent_trajectory, to_agent_trajectory
+
+    steps = (oloproof.AgentStep(index=1, kind="tool_call", tool_name="lookup", arguments={"id": 1}),
+             oloproof.AgentStep(index=2, kind="tool_result", tool_name="lookup", error="no such order"))
+    statuses = {
+        (status, truncated): from_agent_trajectory(oloproof.AgentTrajectory(steps=steps, terminal_status=status, truncated=truncated))
+        for status in ("success", "failure", "unknown") for truncated in (False, True)
+    }
+    assert {key: mapped.terminal_status for key, mapped in statuses.items()} == {
+        ("success", False): "success", ("failure", False): "failure", ("unknown", False): "failure",
+        ("success", True): "truncated", ("failure", True): "truncated", ("unknown", True): "truncated",
+    }
+    mapped = statuses[("success", False)]
+    assert [call.result for call in mapped.calls()] == [{"error": "no such order"}]
+    assert to_agent_trajectory(mapped).steps[0].arguments == {"id": 1}
+
+
 def test_our_command_is_reachable_under_its_own_names() -> None:
     """Oloproof installs a command named `oloproof` too: `oloproof-pipeline` and
     `python -m oloproof_pipeline` are this project's whichever `oloproof` is on PATH."""

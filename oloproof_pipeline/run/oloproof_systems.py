@@ -71,9 +71,14 @@ class OloproofSystem:
         recorder = CaseRecorder()
         try:
             with recording_case(recorder):
-                return self._system(case_input)
+                output = self._system(case_input)
         finally:
             self._trajectory = recorded_trajectory(recorder)
+        if recorder.contract_error is not None:
+            # A malformed record stops Oloproof's run even when the system caught the error;
+            # here it costs the case, recorded as an error that names it.
+            raise recorder.contract_error
+        return output
 
     def trajectory(self) -> dict[str, Any] | None:
         """The trajectory the last call recorded, as the runner reads a system's own."""
@@ -119,7 +124,9 @@ def _step(step: Any) -> Step:
         arguments = {"value": arguments}  # our calls carry keyword arguments
     result = step.result if step.result is not None or step.error is None else {"error": step.error}
     text = step.result if step.kind in ("message", "final") and isinstance(step.result, str) else None
-    return Step(kind=step.kind, tool=step.tool_name, arguments=arguments, result=result, role=step.agent, text=text)
+    # Oloproof's `agent` names which agent of several took the step, not the acting role our
+    # `role` holds (the case's `input.role`), so it is not carried over.
+    return Step(kind=step.kind, tool=step.tool_name, arguments=arguments, result=result, text=text)
 
 
 def _checkpoint(checkpoint: Any, steps: Any) -> Checkpoint:
@@ -136,7 +143,6 @@ def to_agent_trajectory(trajectory: Trajectory) -> Any:
             tool_name=step.tool,
             arguments=step.arguments,
             result=step.text if step.text is not None else step.result,
-            agent=step.role,
         )
         for position, step in enumerate(trajectory.steps)
     )
