@@ -22,6 +22,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from typer.exceptions import TyperException
 
+from .decide.trials import trials_lines
 from .model.config import NO_RELEASE_POLICY, VERSION_PATTERN
 from .model.errors import ProjectError
 from .model.outcomes import (
@@ -47,6 +48,8 @@ from .read.reports import (
     format_rate,
     report_path,
     short_run_id,
+    stored_trial_summaries,
+    stored_trials,
     write_html_report,
 )
 from .store.journal import log as evidence_log
@@ -172,25 +175,41 @@ def run(
         False, "--ungated", help="Record and judge without a release policy: print the verdict counts, decide nothing, exit 0."
     ),
     verbose: bool = typer.Option(False, "--verbose", help="Show Dagster's log as the run goes."),
+    launch: bool = typer.Option(
+        False, "--launch", help="Launch a Dagster run even when nothing changed since the last complete one."
+    ),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Record, judge and gate the system's current version; exit with the gate's code."""
     from .model.config import check_release_policy
+    from .model.fingerprints import run_inputs_digest
+    from .run.supervisor import start_fork_server
+    from .run.system import current_system_version
+    from .store.stamps import forget_run_stamp, unchanged_since, write_run_stamp
 
     # A bad file is found before Dagster is even imported, and before the system is.
-    check_release_policy(load_project(project), ungated=ungated)
-    from .run.supervisor import start_fork_server
-
+    evaluated = load_project(project)
+    check_release_policy(evaluated, ungated=ungated)
     start_fork_server()  # the system's worker processes get ready while Dagster is imported
+    root = project.resolve()
+    version = current_system_version(evaluated)
+    inputs_digest = run_inputs_digest(evaluated)
+    stamp = None if fresh or launch else unchanged_since(root, version=version, ungated=ungated, inputs_digest=inputs_digest)
+    if stamp is not None:
+        show_unchanged_run(root, stamp, as_json=as_json)
+        return
+    forget_run_stamp(root, version)
     from .defs.launch import run_evaluation
 
-    root = project.resolve()
     with stdout_to_stderr(enabled=as_json):
-        with journal_progress(root, default_version(project), enabled=not (verbose or as_json)), instance_writes(project):
+        with journal_progress(root, version, enabled=not (verbose or as_json)), instance_writes(project):
             evaluation = run_evaluation(
                 project, fresh=fresh, ungated=ungated, log_level="INFO" if verbose else "CRITICAL"
             )
     summary = run_summary(root, evaluation.version, evaluation.run_id)
+    if not evaluation.errors and summary.complete():
+        write_run_stamp(root, version=evaluation.version, ungated=ungated, inputs_digest=inputs_digest,
+                        run_id=evaluation.run_id, dagster_dev=summary.dagster_dev_command())
     if evaluation.errors:
         if as_json:
             print_json({"version": evaluation.version, "run_id": evaluation.run_id, "gate": None, "rules": [],
@@ -214,6 +233,28 @@ def run(
         console.print(line, highlight=False, soft_wrap=True)
     show_flagged_buckets(project, evaluation.version)
     show_gate(project, evaluation.version, ungated=ungated)
+
+
+def show_unchanged_run(project_root: Path, stamp: Any, *, as_json: bool) -> None:
+    """A rerun with nothing changed launches nothing: the stored results are the ones a run
+    would reuse, so they are shown as they stand, with the run that made them."""
+    summary = RunSummary(project_root, stamp.version, {}, dagster_dev=stamp.dagster_dev)
+    why = (f"nothing changed since Dagster run {stamp.run_id} completed at {stamp.finished_at}: "
+           "no run launched, nothing recorded, replayed or judged (--launch runs it anyway)")
+    if as_json:
+        document = gate_document(project_root, stamp.version, ungated=stamp.ungated)
+        print_json({**document, "run_id": stamp.run_id, **summary.document(), "why": [why]})
+        raise typer.Exit(document["gate"]["exit_code"])
+    verdicts = summary.counts()["verdicts"]
+    console.print(
+        f"Version {stamp.version} is up to date: " + ", ".join(f"{count} {outcome}" for outcome, count in verdicts.items()) + ".",
+        highlight=False,
+    )
+    console.print(f"  {why}", highlight=False, soft_wrap=True)
+    for line in summary.where_lines():
+        console.print(line, highlight=False, soft_wrap=True)
+    show_flagged_buckets(project_root, stamp.version)
+    show_gate(project_root, stamp.version, ungated=stamp.ungated)
 
 
 @contextmanager
@@ -241,10 +282,12 @@ class RunSummary:
     """What a run did, read from its materializations' metadata: cases recorded and reused,
     replays run and reused, verdicts judged, and where to look next."""
 
-    def __init__(self, project_root: Path, version: str, metadata: dict[str, dict[str, Any]]):
+    def __init__(self, project_root: Path, version: str, metadata: dict[str, dict[str, Any]], *,
+                 dagster_dev: str | None = None):
         self.project_root = project_root
         self.version = version
         self.metadata = metadata
+        self._dagster_dev = dagster_dev
 
     def _value(self, asset: str, key: str, default: Any = 0) -> Any:
         return self.metadata.get(asset, {}).get(key, default)
@@ -270,6 +313,11 @@ class RunSummary:
         """Why anything was recorded, replayed, judged or decided again, in the order the assets ran."""
         return [line for values in self.metadata.values() for line in values.get("why", [])]
 
+    def complete(self) -> bool:
+        """Every case and replay recorded: a rerun would have nothing to retry."""
+        counts = self.counts()
+        return not (counts["cases_failed"] or counts["replays_failed"])
+
     def counts_text(self) -> str:
         counts = self.counts()
         failed = lambda count: f", {count} failed" if count else ""  # noqa: E731
@@ -287,6 +335,8 @@ class RunSummary:
 
     def dagster_dev_command(self) -> str:
         """The README's line with this project's own paths: the instance the run is in."""
+        if self._dagster_dev is not None:
+            return self._dagster_dev
         from .defs.instance import instance_home
 
         home = f"DAGSTER_HOME={shlex.quote(str(instance_home(self.project_root)))}"
@@ -450,6 +500,8 @@ def show_gate(project_dir: Path, version: str, *, ungated: bool = False) -> None
         show_ungated(project_dir, version, ungated=ungated)
         return
     console.print(gate_table(rows, version))
+    for line in trials_lines(stored_trials(project_dir.resolve(), version) or []):
+        console.print(line, highlight=False)
     show_violations(project_dir, version)
     colour = "green" if decision == ALLOW else "red"
     console.print(f"Gate: [bold {colour}]{decision}[/] (exit code {exit_code}: {EXIT_MEANINGS[exit_code]})", highlight=False)
@@ -463,12 +515,15 @@ def gate_document(project_root: Path, version: str, *, ungated: bool = False) ->
     rows, decision, reasons, exit_code = stored_gate(project_root, version)
     if not rows and ungated:
         decision, exit_code = None, EXIT_ALLOW
+    trials = stored_trials(project_root, version)
     return {
         "version": version,
         "run_id": rows[0]["judged_by_run"] if rows else None,
         "gate": {"decision": decision, "exit_code": exit_code, "meaning": EXIT_MEANINGS[exit_code] if rows else NO_RELEASE_POLICY,
                  "reasons": reasons},
         "rules": [rule_document(row) for row in rows],
+        # Only with repeated trials, so a document of one trial is as it always was.
+        **({"trials": [summary.model_dump(mode="json") for summary in trials]} if trials else {}),
     }
 
 
@@ -510,7 +565,9 @@ def show_violations(project_dir: Path, version: str) -> None:
     from .store.tables import VERDICT_NESTED
 
     frame = read_table(project_dir.resolve(), "verdicts", version)
-    summary = violation_summary(rows_from_frame(frame, VERDICT_NESTED)) if frame is not None else []
+    # Only a FAIL carries violations: decode those rows, not every verdict.
+    failed = frame[frame["outcome"] == FAIL] if frame is not None else None
+    summary = violation_summary(rows_from_frame(failed, VERDICT_NESTED)) if failed is not None else []
     if not summary:
         return
     table = Table(title="Violations caught (step = tool call number)", title_justify="left", box=box.SIMPLE_HEAD,
@@ -710,7 +767,8 @@ def report(
     """Write one offline HTML report: gate, metrics with intervals, slices, a panel per case."""
     check_output_file(output, "report")
     loaded, results = stored_results(project, version)
-    path = write_html_report(loaded.root, results, loaded.name, output)
+    trials = stored_trial_summaries(loaded, results.version, results.verdict_table)
+    path = write_html_report(loaded.root, results, loaded.name, output, trials=trials)
     console.print(f"Wrote {path}")
 
 
@@ -718,19 +776,30 @@ def report(
 def export(
     project: Path = PROJECT_OPTION,
     version: Optional[str] = VERSION_OPTION,
-    format: str = typer.Option("jsonl", "--format", help="Only jsonl for now."),
+    format: str = typer.Option(
+        "jsonl", "--format", help="jsonl (a line per case), junit (XML for CI test reports) or markdown (a CI job summary)."
+    ),
     output: Optional[Path] = typer.Option(
         None, "--output", "-o", help="Where to write (default under .oloproof/exports); '-' for stdout."
     ),
+    base: Optional[str] = typer.Option(
+        None, "--base", help="markdown: the version to list newly broken cases against (default: the one before).",
+        callback=checked_version,
+    ),
 ) -> None:
-    """Write one JSON line per case and run: task_id, run_id, scores per grader, violated constraints."""
+    """Write a stored version's results: JSON lines per case, JUnit XML, or a Markdown summary."""
     from .read.export import write_jsonl, write_jsonl_to
     from .store.layout import output_dir
 
-    if format != "jsonl":
-        raise CommandFailed(f"unknown format {format!r}; use jsonl", EXIT_USAGE)
+    if format not in EXPORT_SUFFIXES:
+        raise CommandFailed(f"unknown format {format!r}; use {', '.join(EXPORT_SUFFIXES)}", EXIT_USAGE)
+    if base is not None and format != "markdown":
+        raise CommandFailed("--base is for --format markdown (the newly broken cases)", EXIT_USAGE)
     check_output_file(output, "export")
     loaded, results = stored_results(project, version)
+    if format != "jsonl":
+        write_ci_export(loaded, results, format, output, base)
+        return
     if output == Path("-"):
         count = write_jsonl_to(results, sys.stdout)
         sys.stdout.flush()
@@ -742,6 +811,49 @@ def export(
     except OSError as error:
         raise StorageWriteError(path, error) from None
     console.print(f"Wrote {count} lines to {path}")
+
+
+EXPORT_SUFFIXES = {"jsonl": "jsonl", "junit": "xml", "markdown": "md"}
+
+
+def write_ci_export(loaded, results, format: str, output: Path | None, base: str | None) -> None:
+    """JUnit XML or the Markdown summary, from the stored tables only."""
+    from .read.ci_export import junit_text, previous_version, summary_markdown
+    from .read.results import load_results
+    from .store.layout import output_dir, write_text_file
+
+    if format == "junit":
+        text = junit_text(results, loaded.name)
+    else:
+        judged = stored_partitions(loaded.root, "verdicts")
+        if base is not None:
+            stored_version(loaded.root, base, "verdicts")
+        if base is None and len(judged) > 1:  # the instance knows the order versions were added in
+            base = previous_version(results.version, versions_in_added_order(loaded), judged)
+        base_results = load_results(loaded.root, base) if base is not None else None
+        text = summary_markdown(results, loaded.name, base_results, loaded.release.confidence_level)
+    if output == Path("-"):
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    path = output or output_dir(loaded.root) / "exports" / f"results-{results.version}.{EXPORT_SUFFIXES[format]}"
+    write_text_file(path, text)
+    console.print(f"Wrote {format} results of version {results.version} to {path}", highlight=False, soft_wrap=True)
+
+
+def versions_in_added_order(loaded) -> list[str]:
+    """The versions in the order the project's Dagster instance added them (none before a run)."""
+    from .defs.instance import instance_home
+
+    home = instance_home(loaded.root)
+    if not (home / "dagster.yaml").is_file():
+        return []
+    from dagster import DagsterInstance
+
+    from .defs import versions_partitions
+
+    with DagsterInstance.from_config(str(home)) as instance:
+        return list(instance.get_dynamic_partitions(versions_partitions(loaded).name))
 
 
 @app.command()
@@ -790,6 +902,101 @@ def comparison_table(comparisons, base: str, candidate: str, confidence: float) 
             str(item.both_fail), str(item.unpaired), f"{change}\n{interval_text(item)}",
         )
     return table
+
+
+# -- labels --------------------------------------------------------------------------------
+
+
+labels_app = typer.Typer(
+    no_args_is_help=True,
+    help="People's validity labels for metamorphic pairs: write the pending pairs, import them filled in, see the counts.",
+)
+app.add_typer(labels_app, name="labels")
+
+
+@labels_app.command("pending")
+def labels_pending(
+    transform: str = typer.Argument(..., help="The transform whose unlabelled pairs to write, e.g. paraphrase."),
+    project: Path = PROJECT_OPTION,
+    output: Optional[Path] = typer.Option(
+        None, "--out", "-o", help="Where to write (default labels/TRANSFORM.pending.FORMAT); '-' for stdout."
+    ),
+    format: str = typer.Option("jsonl", "--format", help="jsonl or csv."),
+) -> None:
+    """Write the pairs with no current label (source text, copy text, pair digest) for a person to fill in `kept`."""
+    from .read.labelling import PENDING_FORMATS, default_pending_path, pairs_of, pending_pairs, pending_text, write_pending
+
+    if format not in PENDING_FORMATS:
+        raise CommandFailed(f"unknown format {format!r}; use {' or '.join(PENDING_FORMATS)}", EXIT_USAGE)
+    check_output_file(output, "labels pending")
+    loaded = load_project(project)
+    pending = pending_pairs(pairs_of(loaded, transform))
+    if output == Path("-"):
+        sys.stdout.write(pending_text(pending, format))
+        sys.stdout.flush()
+        error_console.print(f"{len(pending)} pending pairs of {transform}", highlight=False)
+        return
+    if not pending:
+        console.print(f"Every pair of {transform} has a current label: nothing to write.", highlight=False)
+        return
+    path = output or default_pending_path(loaded, transform, format)
+    write_pending(path, pending_text(pending, format))
+    console.print(f"Wrote {len(pending)} pending pairs of {transform} to {path}", highlight=False, soft_wrap=True)
+    console.print(f"Fill in kept (true or false) for each, then: oloproof labels import {shlex.quote(str(path))}",
+                  highlight=False, soft_wrap=True)
+
+
+@labels_app.command("import")
+def labels_import(
+    file: Path = typer.Argument(..., help="A filled-in pending file (.jsonl or .csv)."),
+    project: Path = PROJECT_OPTION,
+) -> None:
+    """Append the filled-in labels of current pairs to their transforms' labels files; refuse stale or unknown ones."""
+    from .read.labelling import import_labels
+
+    outcome = import_labels(load_project(project), file)
+    for line in outcome.refused:
+        error_console.print(f"[red]refused:[/red] {line}", highlight=False, soft_wrap=True)
+    for path, count in outcome.appended.items():
+        console.print(f"Appended {count} labels to {path}", highlight=False, soft_wrap=True)
+    left = [f"{count} {'line' if count == 1 else 'lines'} {what}" for count, what in (
+        (outcome.unfilled, "not filled in (kept blank)"), (outcome.already_labelled, "already labelled the same"),
+        (outcome.disagreeing, "disagreeing with an earlier label (those pairs now count as rejected)"),
+    ) if count]
+    if not outcome.appended:
+        console.print("No label appended.", highlight=False)
+    if left:
+        console.print(f"{'; '.join(left)}.", highlight=False, soft_wrap=True)
+    if outcome.refused:
+        count = len(outcome.refused)
+        raise CommandFailed(f"{count} {'line' if count == 1 else 'lines'} refused (the others were imported)", EXIT_USAGE)
+
+
+@labels_app.command("status")
+def labels_status(project: Path = PROJECT_OPTION) -> None:
+    """Per transform: kept, rejected, unlabelled and stale labels, whether it is checked, and how many more kept labels would check it."""
+    from .read.labelling import label_status
+
+    statuses = label_status(load_project(project))
+    if not statuses:
+        console.print("No metamorphic transforms in this project.")
+        return
+    table = Table(title="Validity labels (from the project's files as they are now)", title_justify="left",
+                  box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
+    table.add_column("transform", overflow="fold", ratio=1, min_width=10)
+    for column in ("pairs", "kept", "rejected", "unlabelled", "stale"):
+        table.add_column(column, no_wrap=True, justify="right")
+    table.add_column("checked", no_wrap=True)
+    table.add_column("kept labels\nto check it", no_wrap=True, justify="right")
+    for status in statuses:
+        to_check = "-" if status.checked else ("none would" if status.kept_to_check is None else str(status.kept_to_check))
+        table.add_row(
+            status.transform, str(status.pairs), str(status.kept), str(status.rejected), str(status.unlabelled),
+            str(status.stale), "[green]yes[/]" if status.checked else "[red]no[/]", to_check,
+        )
+    console.print(table)
+    for status in statuses:
+        console.print(status.explanation(), highlight=False, soft_wrap=False)
 
 
 class WarningLines(logging.Handler):

@@ -10,6 +10,7 @@ from .evaluators import build_evaluators
 from .evaluators.metamorphic_relation import MetamorphicRelation
 from .model.config import PROJECT_FILE, RELEASE_FILE, Project, ProjectConfig, ReleasePolicy, read_yaml, validate_yaml_file
 from .model.errors import ProjectError, yaml_line
+from .model.trials import PASS_ALL_TRIALS, PASS_AT_ONE, split_trial_metric
 
 
 def load_project(root: Path | str) -> Project:
@@ -44,11 +45,12 @@ def _check_rules_name_criteria(project: Project, release_path: Path) -> None:
     _, release_root = read_yaml(release_path)
     problems = []
     for index, rule in enumerate(project.release.rules):
-        if rule.metric not in seen:
+        _, criterion = split_trial_metric(rule.metric)
+        if criterion not in seen:
             line = yaml_line(release_root, ("rules", index, "metric"))
             problems.append(
                 f"{release_path}:{line}: rules[{index}].metric: {rule.metric!r} is not a criterion of any "
-                f"evaluator (criteria: {', '.join(criteria) or 'none'})"
+                f"evaluator (criteria: {', '.join(criteria) or 'none'}; over trials: {PASS_ALL_TRIALS}:<criterion> or {PASS_AT_ONE}:<criterion>)"
             )
     if problems:
         raise ProjectError(problems)

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -23,6 +26,7 @@ from test_day_thirty import COUNT_CALLS, NEW_CASE, calls, latest
 CRITERIA = 6  # the refund desk's evaluators
 CASES = 72  # 24 sources and their 48 copies
 REPLAYED = 12  # sources that call issue_refund, each replayed twice (control and faulted)
+OLOPROOF = str(Path(sys.executable).with_name("oloproof"))
 FIXED_OVERRIDE = ('if "system override" in message.lower():', "if False:")
 
 
@@ -232,3 +236,51 @@ def test_equality_before_diff_keeps_true_apart_from_one():
     assert comparison.agrees({"total": 1}, {"total": 1.0}, [])
     assert comparison.rows("", {"paid": True}, {"paid": 1})[0]["matched"] is False
     assert comparison.rows("", ABSENT, {"x": 1})[0]["matched"] is False
+
+
+# -- a rerun with nothing changed launches nothing ----------------------------------------------
+
+# Counts the agent's calls outside the project folder: a log inside it would itself be a change.
+COUNT_CALLS_OUTSIDE = COUNT_CALLS.replace('with_name("calls.log")', 'parent.parent.joinpath("calls.log")')
+
+
+def cli_run(root: Path, *options: str) -> subprocess.CompletedProcess:
+    environment = {key: value for key, value in os.environ.items() if key != "DAGSTER_HOME"}
+    return subprocess.run([OLOPROOF, "run", *options], cwd=root, capture_output=True, text=True, timeout=300, env=environment)
+
+
+def dagster_runs(root: Path) -> int:
+    with DagsterInstance.from_config(str(root / ".oloproof" / "dagster_home")) as instance:
+        return instance.get_runs_count()
+
+
+def gate_lines(output: str) -> list[str]:
+    return output[output.index("Decisions for version"):].splitlines()
+
+
+def test_a_cli_rerun_with_nothing_changed_launches_nothing_and_shows_the_stored_gate(refund_desk):
+    app = refund_desk / "app.py"
+    app.write_text(app.read_text() + COUNT_CALLS_OUTSIDE)
+    counted = lambda: len((refund_desk.parent / "calls.log").read_text().splitlines())  # noqa: E731
+    first = cli_run(refund_desk)
+    assert first.returncode == 1, first.stderr
+    called = counted()
+    assert called == CASES + 2 * REPLAYED and dagster_runs(refund_desk) == 1
+
+    rerun = cli_run(refund_desk)
+    assert rerun.returncode == 1, rerun.stderr
+    assert rerun.stdout.startswith("Version 1.0.0 is up to date:")
+    assert "no run launched, nothing recorded, replayed or judged" in rerun.stdout
+    assert gate_lines(rerun.stdout) == gate_lines(first.stdout)
+    assert counted() == called and dagster_runs(refund_desk) == 1
+    as_json = json.loads(cli_run(refund_desk, "--json").stdout)
+    assert as_json["gate"]["decision"] == "BLOCK" and as_json["counts"]["verdicts_judged"] == 0
+
+    # A stored table touched since: a run is launched, which reuses what holds.
+    os.utime(table_path(refund_desk, "verdicts", "1.0.0"))
+    launched = cli_run(refund_desk)
+    assert "Dagster run " in launched.stdout and "judged 0 verdicts" in launched.stdout, launched.stdout
+    # The system's code edited under the same version: launched, and recorded again.
+    app.write_text(app.read_text().replace(*FIXED_OVERRIDE))
+    assert "cases re-recorded: system code changed (app.py)" in cli_run(refund_desk).stdout
+    assert counted() == 2 * called - 8 and dagster_runs(refund_desk) == 3  # 4 fewer refund calls to replay

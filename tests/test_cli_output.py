@@ -181,10 +181,10 @@ def test_long_reasons_wrap_under_the_table_instead_of_being_cropped():
 
 def test_run_says_what_it_did_and_a_verbose_block_has_no_stack_trace(examples):
     root, _ = examples["stateful-agent"]
-    ran = oloproof("run", "--verbose", cwd=root)
+    ran = oloproof("run", "--verbose", "--launch", cwd=root)
     assert ran.returncode == 1
     out = ran.stdout
-    # Everything was recorded by the first run: this one reuses it all.
+    # Everything was recorded by the first run: this one, launched anyway, reuses it all.
     assert re.search(r"evaluated version 1\.0\.0: recorded 0 cases and reused 72; replayed 0 and reused 12; "
                      r"judged 0 verdicts and reused 432 \(\d+ PASS, \d+ FAIL, 0 MISSING, \d+ EXCLUDED\)", " ".join(out.split()))
     assert "nothing changed: every recording, replay and verdict was reused" in out

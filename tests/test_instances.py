@@ -57,11 +57,11 @@ def project(root: Path, name: str) -> Path:
     return root
 
 
-def oloproof_run(root: Path, dagster_home: Path | None = None) -> subprocess.CompletedProcess:
+def oloproof_run(root: Path, dagster_home: Path | None = None, *options: str) -> subprocess.CompletedProcess:
     environment = {key: value for key, value in os.environ.items() if key != "DAGSTER_HOME"}
     if dagster_home is not None:
         environment["DAGSTER_HOME"] = str(dagster_home)
-    return subprocess.run([OLOPROOF, "run", "--ungated", "--project", str(root)], capture_output=True, text=True, timeout=300,
+    return subprocess.run([OLOPROOF, "run", "--ungated", "--project", str(root), *options], capture_output=True, text=True, timeout=300,
                           env=environment)
 
 
@@ -144,5 +144,5 @@ def test_a_projects_history_is_never_split_over_two_instances(workspace, tmp_pat
     with DagsterInstance.from_config(str(folder / ".oloproof" / "dagster_home")) as instance:
         _, schedule = automation(first)
         assert isinstance(schedule(build_schedule_context(instance=instance)), RunRequest)
-    again = oloproof_run(first)  # no DAGSTER_HOME: the pinned home
+    again = oloproof_run(first, None, "--launch")  # no DAGSTER_HOME: the pinned home
     assert again.returncode == 0 and len(runs_of(folder / ".oloproof" / "dagster_home")) == 2

@@ -24,9 +24,11 @@ from ..model.outcomes import (
     exit_code_for,
 )
 from ..model.fingerprints import frame_digest
+from ..model.trials import split_trial_metric
 from ..store.tables import GATE_NESTED, GATE_SCHEMA, models_to_frame, null_to_none, rows_from_frame
 from .formatting import format_bar, format_bound_against_bar
 from .statistics import BlockingReason, RateEstimate, rate_from_outcomes
+from .trials import all_trials, trial_rate
 from .suite_size import SUITE_SIZE_CAP, BarKind, suite_size_to_decide
 from .validity import relation_transform, transform_blocking_reasons
 
@@ -233,22 +235,31 @@ def decide_gate(decisions: Iterable[RuleDecision]) -> GateDecision:
 
 
 def decide_release_gate(
-    project: Project, verdicts: pd.DataFrame, derived_cases: pd.DataFrame | None = None
+    project: Project, verdicts: pd.DataFrame, derived_cases: pd.DataFrame | None = None,
+    trial_verdicts: pd.DataFrame | None = None,
 ) -> GateDecision:
     """Each rule over its metric's verdicts, then ALLOW or BLOCK. A metamorphic relation over
     a transform whose labels do not yet check it is also blocked by `transform_not_checked`
-    (validity is read from the `derived_cases` table)."""
+    (validity is read from the `derived_cases` table). A `pass^k:` or `pass@1:` metric is
+    decided over every trial (`trial_verdicts` holds trials 2..k; a plain criterion, trial 1)."""
     policy = project.release
     decisions = []
     for rule in policy.rules:
-        of_metric = verdicts[(verdicts["criterion"] == rule.metric) & ~verdicts["reason"].isin(STRUCTURAL_EXCLUSIONS)]
-        evidence = rate_from_outcomes(
-            zip(null_to_none(of_metric["group_id"]), null_to_none(of_metric["outcome"])),
-            confidence=policy.confidence_level,
-            allow_approximate=policy.allow_approximate_methods,
-            min_clusters=policy.min_clusters,
-        )
-        blocking = evidence.blocking_reasons + transform_blocking_reasons(project, rule.metric, derived_cases)
+        aggregate, criterion = split_trial_metric(rule.metric)
+        if aggregate is not None:
+            evidence = trial_rate(
+                aggregate, all_trials(verdicts, trial_verdicts), criterion, confidence=policy.confidence_level,
+                allow_approximate=policy.allow_approximate_methods, min_clusters=policy.min_clusters,
+            )
+        else:
+            of_metric = verdicts[(verdicts["criterion"] == rule.metric) & ~verdicts["reason"].isin(STRUCTURAL_EXCLUSIONS)]
+            evidence = rate_from_outcomes(
+                zip(null_to_none(of_metric["group_id"]), null_to_none(of_metric["outcome"])),
+                confidence=policy.confidence_level,
+                allow_approximate=policy.allow_approximate_methods,
+                min_clusters=policy.min_clusters,
+            )
+        blocking = evidence.blocking_reasons + transform_blocking_reasons(project, criterion, derived_cases)
         decisions.append(decide_rule(rule, evidence.estimate, blocking, policy.confidence_level))
     return decide_gate(decisions)
 
@@ -269,15 +280,21 @@ def gate_table(gate: GateDecision, *, version: str, judged_by_run: str, inputs_d
 
 # What the gate reads of each verdict, and of each metamorphic copy (its transform's validity).
 GATED_VERDICT_COLUMNS = ["criterion", "group_id", "outcome", "reason"]
+GATED_TRIAL_COLUMNS = ["case_id", "trial", *GATED_VERDICT_COLUMNS]
 VALIDITY_COLUMNS = ["transform", "transform_digest", "label_status", "stale_labels", "minimum_validity"]
 
 
-def gate_inputs_digest(project: Project, verdicts: pd.DataFrame, derived_cases: pd.DataFrame | None) -> str:
+def gate_inputs_digest(
+    project: Project, verdicts: pd.DataFrame, derived_cases: pd.DataFrame | None, trial_verdicts: pd.DataFrame | None = None
+) -> str:
     """What the gate is decided from: the verdicts' outcomes by criterion and cluster, the
-    copies' label status, the release policy and the relations' transforms."""
-    relations = {rule.metric: relation_transform(project, rule.metric) for rule in project.release.rules}
+    copies' label status, the release policy and the relations' transforms (and the later
+    trials' verdicts, when there are any)."""
+    relations = {rule.metric: relation_transform(project, split_trial_metric(rule.metric)[1]) for rule in project.release.rules}
     validity = frame_digest("validity/v1", None if derived_cases is None else derived_cases[VALIDITY_COLUMNS])
     settings = {"release": project.release.model_dump(mode="json"), "relations": relations, "validity": validity}
+    if trial_verdicts is not None:
+        settings["trials"] = frame_digest("trials/v1", trial_verdicts[GATED_TRIAL_COLUMNS])
     return frame_digest("gate/v1", verdicts[GATED_VERDICT_COLUMNS], settings)
 
 

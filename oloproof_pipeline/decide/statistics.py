@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Literal
 
 from pydantic import BaseModel, ConfigDict
-from scipy import stats
+from scipy import special  # not scipy.stats: its import alone takes seconds, on every CLI start
 
 from ..model.outcomes import (
     EXCLUDED,
@@ -46,8 +46,8 @@ def clopper_pearson(successes: float, trials: float, confidence: float = 0.95) -
     if successes < 0 or successes > trials:
         raise ValueError(f"successes {successes} outside 0..{trials}")
     alpha = 1.0 - confidence
-    lower = 0.0 if successes <= 0 else float(stats.beta.ppf(alpha / 2, successes, trials - successes + 1))
-    upper = 1.0 if successes >= trials else float(stats.beta.ppf(1 - alpha / 2, successes + 1, trials - successes))
+    lower = 0.0 if successes <= 0 else float(special.betaincinv(successes, trials - successes + 1, alpha / 2))
+    upper = 1.0 if successes >= trials else float(special.betaincinv(successes + 1, trials - successes, 1 - alpha / 2))
     return lower, upper
 
 

@@ -19,7 +19,9 @@ from dagster import (
 
 from ..model.outcomes import ALLOW, BLOCK, PASS
 from ..decide.validity import transform_validity, validity_markdown
+from ..decide.trials import project_trial_summaries, trials_markdown
 from ..decide.gate import (
+    GATED_TRIAL_COLUMNS,
     GATED_VERDICT_COLUMNS,
     VALIDITY_COLUMNS,
     decide_release_gate,
@@ -39,6 +41,7 @@ from ..decide.slices import (
     slices_markdown,
 )
 from ..evaluators.judging import judge_verdict_table
+from ..evaluators.trials import judge_trial_table
 from ..model.cases import load_cases
 from ..model.config import Project
 from ..model.fingerprints import code_versions, copies_inputs_digest
@@ -60,6 +63,7 @@ from ..read.reports import (
 )
 from ..read.results import load_results, outcome_counts, replay_rows, results_from_tables
 from ..run.recording import record_case_table
+from ..run.trials import record_trial_table
 from ..run.replaying import replay_fault_table
 from ..store import tables
 from ..store.layout import output_dir
@@ -80,7 +84,7 @@ from .resources import ComparisonConfig, EvaluationProject, RecordingConfig, San
 
 IO_MANAGER_KEY = "oloproof_parquet"
 # The per-version tables the assets read back from storage (by column, see `StoredTable`).
-PER_VERSION_TABLES = ("recorded_runs", "fault_replays", "verdicts", "slices", "gate")
+PER_VERSION_TABLES = ("recorded_runs", "fault_replays", "verdicts", "slices", "gate", "trial_runs", "trial_verdicts")
 
 
 def why(reasons: list[str]) -> dict:
@@ -109,7 +113,9 @@ def previous(table: StoredTable, what: str) -> pd.DataFrame | None:
     return table.whole() if table.exists else None
 
 
-def write_report(project: Project, stored: dict[str, StoredTable], version: str, gate: pd.DataFrame) -> tuple:
+def write_report(
+    project: Project, stored: dict[str, StoredTable], version: str, gate: pd.DataFrame, trials: list | None = None
+) -> tuple:
     """The version's HTML report, written again only when what it shows changed: (path, written)."""
     runs, replays, verdicts = stored["recorded_runs"], stored["fault_replays"], stored["verdicts"]
     slices = previous(stored["slices"], "slices read")
@@ -117,7 +123,7 @@ def write_report(project: Project, stored: dict[str, StoredTable], version: str,
         project.name, version, cases=stored["cases"].columns(*REPORTED_CASE_COLUMNS),
         runs=runs.columns(*REPORTED_RUN_COLUMNS) if runs.exists else None,
         replays=replays.columns(*REPORTED_REPLAY_COLUMNS) if replays.exists else None,
-        verdicts=verdicts.columns(*REPORTED_VERDICT_COLUMNS), gate=gate, slices=slices,
+        verdicts=verdicts.columns(*REPORTED_VERDICT_COLUMNS), gate=gate, slices=slices, trials=trials,
     )
     path = report_path(project.root, version)
     if report_is_current(path, inputs_digest):
@@ -128,8 +134,36 @@ def write_report(project: Project, stored: dict[str, StoredTable], version: str,
         verdicts=verdicts.columns(*PANEL_VERDICT_FIELDS), gate=gate, slices=slices,
     )
     replay_table = replays.whole(tables.FAULT_REPLAYS_SCHEMA) if replays.exists else None
-    report = write_html_report(project.root, results, project.name, replays=replay_rows(replay_table), inputs_digest=inputs_digest)
+    report = write_html_report(
+        project.root, results, project.name, replays=replay_rows(replay_table), inputs_digest=inputs_digest, trials=trials
+    )
     return report, True
+
+
+def trial_metadata(project: Project, trial_frame: pd.DataFrame | None, counts: dict) -> dict:
+    """The number of trials and the counts of trials 2..k (nothing with one trial)."""
+    if trial_frame is None:
+        return {}
+    return {"trials": project.config.execution.trials, **counts, "trial_rows": len(trial_frame)}
+
+
+def stored_trial_verdicts(project: Project, table: StoredTable) -> pd.DataFrame | None:
+    """The verdicts of trials 2..k the gate reads (None with one trial)."""
+    if project.config.execution.trials == 1:
+        return None
+    table = table.readable("the gate is decided from trial 1 alone")
+    return table.columns(*GATED_TRIAL_COLUMNS) if table.exists else None
+
+
+def trials_metadata(trials: list) -> dict:
+    """pass^k, pass@1 and the flaky cases per criterion, small enough for the asset's page."""
+    return {
+        "trials_summary": MetadataValue.md(trials_markdown(trials)),
+        "flaky_cases": MetadataValue.json({
+            each.criterion: {"count": each.flaky_cases, "flips": {case.case_id: case.flips for case in each.flaky}}
+            for each in trials if each.flaky_cases
+        }),
+    }
 
 
 def sandbox_pool(project: Project) -> str:
@@ -214,13 +248,18 @@ def build_assets(
                 loaded, cases, version=context.partition_key, run_id=context.run.run_id, fresh=config.fresh,
                 on_recorded=progress.step, sandboxes=sandboxes,
             )
+            trial_frame, trial_summary = record_trial_table(
+                loaded, cases, version=context.partition_key, run_id=context.run.run_id, fresh=config.fresh,
+                on_recorded=progress.step, sandboxes=sandboxes,
+            )
         context.log.info(f"recorded {summary.new} cases, reused {summary.reused}, {summary.failed} failed")
         context.add_output_metadata(
             {
                 "dagster/row_count": len(frame),
                 **summary.as_metadata(),
-                **why(summary.reasons()),
+                **why(summary.reasons() + trial_summary.reasons("trial recording")),
                 "status": MetadataValue.json(value_counts(frame, "status")),
+                **trial_metadata(loaded, trial_frame, trial_summary.as_metadata("trial_runs")),
             }
         )
         return frame
@@ -271,13 +310,20 @@ def build_assets(
             stored["verdicts"].readable("every verdict judged again"),
             version=context.partition_key, judged_by_run=context.run.run_id,
         )
+        trial_frame, trial_summary = judge_trial_table(
+            loaded, stored["cases"], stored["trial_runs"], stored["trial_verdicts"].readable("every later trial judged again"),
+            version=context.partition_key, judged_by_run=context.run.run_id,
+        )
         context.add_output_metadata(
             {
                 "outcomes": outcomes_table(outcome_counts(frame)),
                 "dagster/row_count": len(frame),
                 **summary.as_metadata(),
                 "verdicts_judged_by_criterion": MetadataValue.json(dict(summary.judged_by_criterion)),
-                **why(summary.reasons()),
+                **why(summary.reasons() + trial_summary.reasons()),
+                **trial_metadata(loaded, trial_frame, {
+                    "trial_verdicts_judged": trial_summary.judged, "trial_verdicts_reused": trial_summary.reused,
+                }),
             }
         )
         return frame
@@ -293,14 +339,15 @@ def build_assets(
         loaded = evaluation_project.load()
         version = context.partition_key
         stored = stored_tables(loaded, version)
-        gated = stored["verdicts"].columns(*GATED_VERDICT_COLUMNS)
+        gated = stored["verdicts"].columns(*GATED_VERDICT_COLUMNS, "case_id")
         validity = stored["derived_cases"].columns(*VALIDITY_COLUMNS) if stored["derived_cases"].exists else None
-        inputs_digest = gate_inputs_digest(loaded, gated, validity)
+        later_trials = stored_trial_verdicts(loaded, stored["trial_verdicts"])
+        inputs_digest = gate_inputs_digest(loaded, gated, validity, later_trials)
         stored_gate = previous(stored["gate"], "gate decided")
         frame = reusable_gate(stored_gate, inputs_digest)
         reused, reasons = frame is not None, []
         if frame is None:
-            decision = decide_release_gate(loaded, gated, validity)
+            decision = decide_release_gate(loaded, gated, validity, later_trials)
             frame = gate_table(decision, version=version, judged_by_run=context.run.run_id, inputs_digest=inputs_digest)
             reasons.append(
                 "gate decided: first gate of this version" if stored_gate is None
@@ -311,7 +358,8 @@ def build_assets(
         # The report is written here, not downstream: with the blocking variant of the gate
         # check a BLOCK skips anything after the gate, and a blocked release is when the report
         # is read most.
-        report, written = write_report(loaded, stored, version, frame)
+        trials = project_trial_summaries(loaded, gated, later_trials)
+        report, written = write_report(loaded, stored, version, frame, trials)
         if written:
             reasons.append("report written: what it shows changed")
         context.log.info(gate_log_line(version, decision))
@@ -327,6 +375,7 @@ def build_assets(
                 "gate_reused": reused,
                 **why(reasons),
                 **rule_numbers(rules),
+                **({} if trials is None else trials_metadata(trials)),
             }
         )
         return frame

@@ -12,6 +12,7 @@ from dagster import ConfigurableIOManagerFactory, InputContext, MetadataValue, O
 from upath import UPath
 
 from ..store.layout import read_table_file, write_table_file
+from ..store.tables import return_freed_memory
 from .metadata import file_link
 
 
@@ -23,6 +24,7 @@ class ParquetFiles(UPathIOManager):
     def dump_to_path(self, context: OutputContext, obj: pd.DataFrame, path: UPath) -> None:
         write_table_file(Path(str(path)), obj)
         self._written = Path(str(path))
+        return_freed_memory()  # the stage is done: what it built and dropped goes back
 
     def get_metadata(self, context: OutputContext, obj: Any) -> dict[str, MetadataValue]:
         """Replaces Dagster's `path` (the full path, one unbreakable word that pushes the asset

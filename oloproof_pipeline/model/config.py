@@ -107,6 +107,8 @@ class MetamorphicConfig(StrictModel):
 
 # A week: longer waits are a typo, and the thread and Dask timeouts overflow long before `.inf`.
 MAX_TIMEOUT_S = 7 * 24 * 3600
+# More trials than this is a typo: each one records every case again.
+MAX_TRIALS = 100
 
 
 class ExecutionConfig(StrictModel):
@@ -114,6 +116,8 @@ class ExecutionConfig(StrictModel):
     # Sandboxes run in parallel on Dask when workers > 1; one case at a time within each.
     workers: int = Field(default=1, ge=1)
     scheduler_address: str | None = None
+    # Each case recorded this many times, for systems that are not deterministic (pass^k).
+    trials: int = Field(default=1, ge=1, le=MAX_TRIALS)
 
 
 class ScheduleConfig(StrictModel):

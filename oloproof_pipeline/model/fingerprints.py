@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -36,23 +37,37 @@ HASHED_ROWS = 65536
 SKIPPED_NAMES = {"__pycache__", ".git", ".hg", ".svn", ".oloproof", ".pytest_cache", ".mypy_cache", ".venv"}
 
 
+@cache
+def pipeline_code_version() -> str:
+    """The pipeline's release and a digest of its own source: what the runner, the tool box and
+    the evaluators were when a result was made. An edit to the pipeline's code (a fix in an
+    evaluator, say) is a new version of it even before the release number moves."""
+    package = Path(__file__).resolve().parents[1]
+    hashed = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        hashed.update(path.relative_to(package).as_posix().encode("utf-8") + b"\x00" + path.read_bytes() + b"\x00")
+    return f"{__version__}+{hashed.hexdigest()[:16]}"
+
+
 def code_versions(project: Project) -> dict[str, str]:
     """Per asset, a digest of the configuration it depends on: when an evaluator or a rule
     changes, the assets it feeds show as stale and a backfill re-grades them."""
     config = project.config
 
     def short(tag: str, value: Any) -> str:
-        return f"{__version__}-" + digest(tag, value).removeprefix("sha256:")[:12]
+        return f"{pipeline_code_version()}-" + digest(tag, value).removeprefix("sha256:")[:12]
 
     evaluators = config.evaluators
+    trials = {"trials": config.execution.trials} if config.execution.trials > 1 else {}
     return {
         "cases": short("cases", {"dataset": config.dataset}),
         "derived_cases": short("derived_cases", config.metamorphic.model_dump(mode="json")),
-        "recorded_runs": short("recorded_runs", {"system": config.system.model_dump(mode="json")}),
+        # Repeated trials enter only when there are some, so one trial keeps the versions it had.
+        "recorded_runs": short("recorded_runs", {"system": config.system.model_dump(mode="json"), **trials}),
         "fault_replays": short(
             "fault_replays", {"evaluators": [each for each in evaluators if each.get("type") == "fault_recovery"]}
         ),
-        "verdicts": short("verdicts", {"evaluators": evaluators}),
+        "verdicts": short("verdicts", {"evaluators": evaluators, **trials}),
         "slices": short("slices", {"slices": config.slices, "min_support": config.min_slice_support}),
         "gate": short("gate", project.release.model_dump(mode="json")),
     }
@@ -71,8 +86,8 @@ def files_under(path: Path) -> list[Path]:
         return [path]
     found = []
     for child in sorted(path.iterdir()):
-        if child.name in SKIPPED_NAMES or child.suffix in {".pyc", ".pyo"}:
-            continue
+        if child.name in SKIPPED_NAMES or child.suffix in {".pyc", ".pyo"} or (child / "pyvenv.cfg").is_file():
+            continue  # a virtual environment is installed packages, not the project's files
         found.extend(files_under(child) if child.is_dir() else [child])
     return found
 
@@ -132,9 +147,22 @@ def system_code_files(project: Project) -> list[Path]:
 def system_code_fingerprint(project: Project) -> CodeFingerprint:
     """A digest of the system's code, computed from file contents without importing it."""
     files = {relative_name(path, project.root): file_digest(path) for path in system_code_files(project)}
-    files[PIPELINE_ENTRY] = __version__
+    files[PIPELINE_ENTRY] = pipeline_code_version()
     body = {"callable": project.config.system.callable, "files": files}
     return CodeFingerprint(digest=digest(SYSTEM_CODE_TAG, body), files=files)
+
+
+# -- a whole run's inputs ---------------------------------------------------------------------
+
+
+def run_inputs_digest(project: Project) -> str:
+    """Everything a run reads: every file of the project (YAML, cases, labels, snapshots, the
+    system and its graders; what the pipeline writes, caches and virtual environments left out),
+    the system's code wherever `system.code_paths` puts it, and the pipeline's own code. Equal
+    digests, and stored tables untouched since, mean a run would reuse every result."""
+    files = {relative_name(path, project.root): file_digest(path) for path in files_under(project.root)}
+    body = {"files": files, "system_code": system_code_fingerprint(project).digest, "pipeline": pipeline_code_version()}
+    return digest("run_inputs/v1", body)
 
 
 # -- metamorphic copies ----------------------------------------------------------------------
@@ -158,7 +186,7 @@ def evaluator_digest(config: dict[str, Any], code_files: Iterable[Path], project
     """An evaluator's configuration, the source of its code and of any project module it runs
     (a python grader's), and the pipeline's version: a change to any re-judges its verdicts."""
     code = {relative_name(path, project_root): file_digest(path) for path in code_files if path.is_file()}
-    return digest(EVALUATOR_TAG, {"config": config, "code": code, "pipeline": __version__})
+    return digest(EVALUATOR_TAG, {"config": config, "code": code, "pipeline": pipeline_code_version()})
 
 
 # -- keys ------------------------------------------------------------------------------------
@@ -174,7 +202,7 @@ def row_key(*parts: Any) -> str:
 def frame_digest(tag: str, frame: pd.DataFrame | None, extra: Any = None) -> str:
     """A digest of a table's values (its columns as given), of `extra` (plain JSON) and of the
     pipeline's version: whether a stage's inputs changed, without comparing them row by row."""
-    hashed = hashlib.sha256((tag + "\x00" + canonical_json({"extra": extra, "pipeline": __version__})).encode("utf-8"))
+    hashed = hashlib.sha256((tag + "\x00" + canonical_json({"extra": extra, "pipeline": pipeline_code_version()})).encode("utf-8"))
     if frame is not None:
         hashed.update(canonical_json([str(column) for column in frame.columns]).encode("utf-8"))
         hashed.update(str(len(frame)).encode("utf-8"))

@@ -23,12 +23,15 @@ from typing import Any, Iterable, Iterator
 
 import pandas as pd
 
+from ..decide.trials import CriterionTrials, project_trial_summaries
 from ..decide.validity import TransformValidity, transform_validity
 from ..model.outcomes import BLOCKING_ORDER, EXCLUDED, FAIL, MISSING, PASS
+from ..model.config import Project
 from ..model.fingerprints import frame_digest
 from ..model.trajectory import first_difference
 from ..store.layout import read_table, reports_dir, table_path, write_text_file
 from ..store.tables import rows_from_frame
+from ..project import load_project
 from .results import VersionResults, compared_paths, load_replays, scripted_events, tool_calls
 from .violations import describe_violation, verdict_violations
 
@@ -747,6 +750,44 @@ def _slices_section(results: VersionResults) -> str:
     return '<h2 id="slices">Slices</h2>' + note + charts + table
 
 
+def _trials_section(trials: list[CriterionTrials] | None) -> str:
+    """Per criterion over repeated trials: pass^k and pass@1 with intervals, the flaky cases."""
+    if not trials:
+        return ""
+    rows = []
+    for summary in trials:
+        flaky = ", ".join(f"{_case_link(case.case_id)} ({case.flips} flips, {case.passed}/{case.judged})" for case in summary.flaky)
+        more = summary.flaky_cases - len(summary.flaky)
+        rows.append([
+            _text(summary.criterion), _text(summary.trials),
+            *(f"{format_rate(rate.estimate)} {_interval(rate.lower, rate.upper)}" for rate in (summary.pass_all, summary.pass_at_one)),
+            _text(summary.flaky_cases), flaky + (f" and {more} more" if more > 0 else ""),
+        ])
+    note = (
+        "<p>Each case was recorded several times. pass^k: a case passes when every trial passes (exact interval); "
+        "pass@1: the mean over trials (interval with each case's trials as one cluster). A flaky case's verdict "
+        "differs across trials; flips count the changes between consecutive trials.</p>"
+    )
+    headers = ["criterion", "trials", "pass^k", "pass@1", "flaky cases", "flaky (flips, passed/judged)"]
+    return '<h2 id="trials">Repeated trials</h2>' + note + _table(headers, rows)
+
+
+def stored_trial_summaries(project: Project, version: str, verdicts: pd.DataFrame) -> list[CriterionTrials] | None:
+    """The trial summaries of a stored version, as the gate shows them (None with one trial)."""
+    if project.config.execution.trials == 1:
+        return None
+    later = read_table(project.root, "trial_verdicts", version)
+    return project_trial_summaries(project, verdicts, later)
+
+
+def stored_trials(project_root: Path, version: str) -> list[CriterionTrials] | None:
+    """`stored_trial_summaries` for the CLI's gate: nothing is loaded without a stored trial."""
+    if not table_path(project_root, "trial_verdicts", version).is_file():
+        return None
+    verdicts = read_table(project_root, "verdicts", version)
+    return None if verdicts is None else stored_trial_summaries(load_project(project_root), version, verdicts)
+
+
 def _limits_section() -> str:
     items = "".join(f"<li><b>{_text(what)}</b>: {_text(why)}</li>" for what, why in LIMITS)
     return f'<h2 id="limits">What these results cannot tell you</h2><ul>{items}</ul>'
@@ -868,6 +909,7 @@ def report_parts(
     project_root: Path | None = None,
     dagster_url: str | None = None,
     inputs_digest: str | None = None,
+    trials: list[CriterionTrials] | None = None,
 ) -> Iterator[str]:
     """The report, a piece at a time: one case's panel is built (and its rows decoded) only
     while its section is written, so a large suite is never held as panels or as one string."""
@@ -883,6 +925,7 @@ def report_parts(
     yield _header(results, project_name, links, sources)
     yield _failing_section(results)
     yield _gate_section(results)
+    yield _trials_section(trials)
     yield _validity_section(derived_validity(results))
     yield _slices_section(results)
     yield _limits_section()
@@ -919,6 +962,7 @@ def write_html_report(
     *,
     replays: list[dict[str, Any]] | None = None,
     inputs_digest: str | None = None,
+    trials: list[CriterionTrials] | None = None,
 ) -> Path:
     """One self-contained HTML file: no network is needed to view it. `replays` default to
     the version's stored fault replays. Written a piece at a time."""
@@ -927,7 +971,7 @@ def write_html_report(
         replays = load_replays(project_root, results.version)
     parts = report_parts(
         results, project_name, replays=replays, project_root=project_root,
-        dagster_url=os.environ.get(DAGSTER_URL_ENV), inputs_digest=inputs_digest,
+        dagster_url=os.environ.get(DAGSTER_URL_ENV), inputs_digest=inputs_digest, trials=trials,
     )
     write_text_file(path, parts)
     return path
@@ -956,6 +1000,7 @@ def report_inputs_digest(
     verdicts: pd.DataFrame,
     gate: pd.DataFrame | None,
     slices: pd.DataFrame | None,
+    trials: list[CriterionTrials] | None = None,
 ) -> str:
     """What the report is made from; while it holds, the report already written is kept."""
     parts = {
@@ -969,6 +1014,8 @@ def report_inputs_digest(
         "gate": frame_digest("report.gate", gate),
         "slices": frame_digest("report.slices", slices),
     }
+    if trials is not None:  # repeated trials only: with one, the digest is as it always was
+        parts["trials"] = [summary.model_dump(mode="json") for summary in trials]
     return frame_digest("report/v1", verdicts[REPORTED_VERDICT_COLUMNS], parts)
 
 

@@ -23,7 +23,7 @@ from ..model.cases import CaseRecord
 from ..model.config import PROJECT_FILE, Project
 from ..model.errors import ProjectError
 from ..model.faults import FaultPlan, FaultReplay, checkpoint_before
-from ..model.fingerprints import row_key
+from ..model.fingerprints import pipeline_code_version, row_key
 from ..model.outcomes import MISSING
 from ..model.records import RecordedRun
 from ..model.trajectory import Checkpoint
@@ -44,7 +44,6 @@ from ..store.tables import (
     rows_of,
     with_values,
 )
-from .. import __version__
 from .recording import check_partition_is_current_version
 from .reuse import KnownWork, WorkCounts, journal_state, known_work
 from .sandboxes import Sandboxes, in_sandboxes
@@ -67,7 +66,7 @@ def fault_plans(project: Project) -> list[tuple[int, FaultPlan]]:
 def judging_digest(plan: FaultPlan) -> str:
     """The whole plan a stored outcome was judged under, and the judge's version: when the
     escalation tools change, stored replays are judged again (not replayed)."""
-    return row_key("fault_judging", plan.model_dump_json(), __version__)
+    return row_key("fault_judging", plan.model_dump_json(), pipeline_code_version())
 
 
 @dataclass

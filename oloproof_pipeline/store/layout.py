@@ -134,9 +134,23 @@ def reports_dir(project_root: Path) -> Path:
     return output_dir(project_root) / "reports"
 
 
+def journal_dir(project_root: Path) -> Path:
+    return output_dir(project_root) / "journal"
+
+
 def journal_path(project_root: Path, table: str, partition: str) -> Path:
-    return output_dir(project_root) / "journal" / table / f"{checked_partition(partition)}.jsonl"
+    return journal_dir(project_root) / table / f"{checked_partition(partition)}.jsonl"
+
+
+def run_stamp_path(project_root: Path, version: str) -> Path:
+    """What the last completed run of a version read and left (see `store/stamps.py`)."""
+    return output_dir(project_root) / "stamps" / f"{checked_partition(version)}.json"
 
 
 def sandbox_lock_path(project_root: Path) -> Path:
     return output_dir(project_root) / "sandbox.lock"
+
+
+def labels_lock_path(project_root: Path) -> Path:
+    """Held while `oloproof labels import` checks and appends to the labels files."""
+    return output_dir(project_root) / "labels.lock"

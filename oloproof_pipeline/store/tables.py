@@ -5,8 +5,12 @@ Nested values are stored as JSON text so every column is a plain Parquet type.
 
 from __future__ import annotations
 
+import ctypes
+import gc
 import json
 import os
+import sys
+from contextlib import suppress
 from collections import namedtuple
 from typing import Any, Iterable, Iterator, TypeVar
 
@@ -27,6 +31,15 @@ TEXT, FLOAT, INT, BOOL = pa.string(), pa.float64(), pa.int64(), pa.bool_()
 # tables in turn costs their sum; the system allocator hands it back (unless a user chose).
 if "ARROW_DEFAULT_MEMORY_POOL" not in os.environ:
     pa.set_memory_pool(pa.system_memory_pool())
+
+
+def return_freed_memory() -> None:
+    """Hand what a finished stage freed back to the operating system. glibc keeps freed pages
+    for reuse, so without this a run's resident memory only ever grows, stage after stage."""
+    gc.collect()
+    if sys.platform.startswith("linux"):
+        with suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 CASES_SCHEMA = pa.schema(
     [
@@ -103,12 +116,17 @@ GATE_SCHEMA = pa.schema(
         ("inputs_digest", TEXT),
     ]
 )
+# Repeated trials (`execution.trials: k`): the recordings and verdicts of trials 2..k, each a
+# `recorded_runs` or `verdicts` row plus its trial. Trial 1 stays in those tables, as with one.
+TRIAL_RUNS_SCHEMA = pa.schema(list(RECORDED_RUNS_SCHEMA) + [pa.field("trial", INT)])
+TRIAL_VERDICTS_SCHEMA = pa.schema(list(VERDICTS_SCHEMA) + [pa.field("trial", INT)])
 
 # By table name, as `layout.table_path` names the files: a stored file without these columns
 # is no such table (written by hand, or by something else).
 TABLE_SCHEMAS = {
     "cases": CASES_SCHEMA, "derived_cases": DERIVED_CASES_SCHEMA, "recorded_runs": RECORDED_RUNS_SCHEMA,
     "fault_replays": FAULT_REPLAYS_SCHEMA, "verdicts": VERDICTS_SCHEMA, "slices": SLICES_SCHEMA, "gate": GATE_SCHEMA,
+    "trial_runs": TRIAL_RUNS_SCHEMA, "trial_verdicts": TRIAL_VERDICTS_SCHEMA,
 }
 # The cache keys stored beside each table's columns: a table written before they existed
 # is still that table (it reads them as nulls, so nothing in it is reused without a key).
