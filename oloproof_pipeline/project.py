@@ -62,7 +62,7 @@ def _check_relations_name_transforms(project: Project) -> None:
     config_path = project.root / PROJECT_FILE
     problems = []
     for index, relation in enumerate(project.evaluators):
-        if isinstance(relation, MetamorphicRelation) and relation.config.transform not in names:
+        if isinstance(relation, MetamorphicRelation) and relation.config.transform not in (None, *names):
             _, root_node = read_yaml(config_path)
             line = yaml_line(root_node, ("evaluators", index, "transform"))
             problems.append(

@@ -17,7 +17,7 @@ from conftest import write_project
 from oloproof_pipeline.read.ci_export import junit_text, junit_tree, previous_version, summary_markdown
 from oloproof_pipeline.read.results import load_results
 
-OLOPROOF = str(Path(sys.executable).parent / "oloproof")
+OLOPROOF = str(Path(sys.executable).parent / "oloproof-pipeline")
 
 # Answers the question asked, except: c4 raises (MISSING), c5 answers wrongly (FAIL), and from
 # version 1.1.0 on c0 answers wrongly too (newly broken).

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-OLOPROOF = str(Path(sys.executable).parent / "oloproof")
+OLOPROOF = str(Path(sys.executable).parent / "oloproof-pipeline")
 
 
 def oloproof(*args: str, cwd: Path) -> subprocess.CompletedProcess:

@@ -19,7 +19,7 @@ from oloproof_pipeline.cli import gate_table
 from oloproof_pipeline.store.layout import read_table
 from oloproof_pipeline.store.tables import GATE_NESTED, rows_from_frame
 
-OLOPROOF = str(Path(sys.executable).parent / "oloproof")
+OLOPROOF = str(Path(sys.executable).parent / "oloproof-pipeline")
 EXAMPLES = ("stateful-agent", "conditional-approval")
 
 

@@ -27,7 +27,7 @@ from oloproof_pipeline.model.trajectory import plain_json
 from conftest import REPO, write_project
 
 EXAMPLE = REPO / "example_project" / "conditional_approval"
-OLOPROOF = str(Path(sys.executable).parent / "oloproof")
+OLOPROOF = str(Path(sys.executable).parent / "oloproof-pipeline")
 
 
 def oloproof(*args: str, cwd: Path) -> subprocess.CompletedProcess:

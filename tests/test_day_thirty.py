@@ -164,7 +164,7 @@ def slow_project(root: Path, total: int) -> Path:
 
 def start_cli_run(root: Path) -> subprocess.Popen:
     return subprocess.Popen(
-        [str(Path(sys.executable).parent / "oloproof"), "run", "--project", str(root)],
+        [str(Path(sys.executable).parent / "oloproof-pipeline"), "run", "--project", str(root)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,

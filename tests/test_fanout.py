@@ -106,7 +106,7 @@ def test_the_refund_desk_on_two_sandboxes_reaches_the_same_verdicts(refund_desk,
 
 # -- a real scheduler and two real workers -------------------------------------------------------
 
-OLOPROOF = str(Path(sys.executable).parent / "oloproof")
+OLOPROOF = str(Path(sys.executable).parent / "oloproof-pipeline")
 
 # The refund desk, noting which process ran each case; on the first call that finds
 # `kill_me` in the project folder it names its process in `victim` and waits to be killed.

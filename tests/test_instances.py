@@ -24,7 +24,7 @@ from oloproof_pipeline.project import load_project
 
 from conftest import write_project
 
-OLOPROOF = str(Path(sys.executable).parent / "oloproof")
+OLOPROOF = str(Path(sys.executable).parent / "oloproof-pipeline")
 APP = """
 import copy
 

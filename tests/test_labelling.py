@@ -32,7 +32,7 @@ from oloproof_pipeline.read.labelling import (
 )
 from oloproof_pipeline.store.tables import derived_case_table
 
-OLOPROOF = str(Path(sys.executable).parent / "oloproof")
+OLOPROOF = str(Path(sys.executable).parent / "oloproof-pipeline")
 
 
 def oloproof(*args: str, cwd: Path, columns: int = 120) -> subprocess.CompletedProcess:

@@ -18,7 +18,7 @@ import pytest
 from oloproof_pipeline.decide.paired import paired_difference_interval
 from oloproof_pipeline.read.compare import comparison_markdown, comparison_table, compare_criterion
 
-OLOPROOF = str(Path(sys.executable).parent / "oloproof")
+OLOPROOF = str(Path(sys.executable).parent / "oloproof-pipeline")
 # A fix for the desk's first flaw: with it, version 1.1.0 declines the pasted overrides.
 FIXED_OVERRIDE = ('if "system override" in message.lower():', 'if False:')
 

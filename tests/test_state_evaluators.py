@@ -85,7 +85,7 @@ def row_for(verdict: Verdict, path: str) -> dict[str, Any]:
 
 
 def test_subset_passes_when_every_expected_leaf_matches_and_ignores_extra_keys():
-    verdict = judge_state({}, {"orders": {"ord-1": {"status": "refunded"}}}, ORDERS)
+    verdict = judge_state({"mode": "subset"}, {"orders": {"ord-1": {"status": "refunded"}}}, ORDERS)
 
     assert (verdict.outcome, verdict.reason, verdict.criterion) == ("PASS", "state_matches", "state_matches")
     assert verdict.details == [
@@ -116,7 +116,7 @@ def test_subset_keeps_key_level_rows_when_the_actual_dict_has_many_extra_keys():
     # DeepDiff would otherwise report the whole dict as one changed value.
     state_after = {"orders": {"ord-1": {"status": "refunded", "a": 1, "b": 2, "c": 3, "d": 4, "e": 5}}}
 
-    verdict = judge_state({}, {"orders": {"ord-1": {"status": "refunded"}}}, state_after)
+    verdict = judge_state({"mode": "subset"}, {"orders": {"ord-1": {"status": "refunded"}}}, state_after)
 
     assert verdict.outcome == "PASS"
 
@@ -299,7 +299,7 @@ def test_a_recording_that_errored_is_missing():
 
 
 def test_a_custom_criterion_names_the_verdict():
-    verdict = judge_state({"criterion": "refund_recorded"}, {"orders": {}}, ORDERS)
+    verdict = judge_state({"criterion": "refund_recorded", "mode": "subset"}, {"orders": {}}, ORDERS)
 
     assert (verdict.criterion, verdict.outcome) == ("refund_recorded", "PASS")
 
@@ -329,7 +329,7 @@ def test_ignored_paths_do_not_hide_a_change_beside_them():
 
 def test_rows_matched_by_key_compare_independent_of_order_and_name_a_missing_row():
     expected = {"waivers": [{"condition_id": "B", "by": "approver"}, {"condition_id": "A", "by": "approver"}]}
-    config = {"match_rows_by": {"waivers": "condition_id"}}
+    config = {"mode": "subset", "match_rows_by": {"waivers": "condition_id"}}
 
     reordered = judge_state(config, expected, {"waivers": [{"condition_id": "A", "by": "approver", "reason": "r"},
                                                            {"condition_id": "B", "by": "approver"}]})
@@ -514,9 +514,9 @@ def test_an_unknown_key_is_an_error_naming_it(config):
         ({"type": "state_matches", "paths": []}, "evaluators[0].paths"),
         ({"type": "state_matches", "paths": ["orders..ord-1"]}, "evaluators[0].paths[0]"),
         ({"type": "state_unchanged", "criterion": "c", "paths": []}, "evaluators[0].paths"),
-        ({"type": "state_unchanged", "paths": ["orders"]}, "evaluators[0].criterion"),
+        ({"type": "state_unchanged", "paths": ["orders"], "on_execution_error": "skip"}, "evaluators[0].on_execution_error"),
         ({"type": "exact_match"}, "evaluators[0].criterion"),
-        ({"type": "exact_match", "criterion": "c", "expected_field": "answer"}, "evaluators[0].expected_field"),
+        ({"type": "exact_match", "criterion": "c", "expected_field": "expected..answer"}, "evaluators[0].expected_field"),
     ],
 )
 def test_invalid_settings_are_errors_naming_the_field(config, field):

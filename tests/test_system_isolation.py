@@ -20,7 +20,7 @@ from oloproof_pipeline.store.layout import journal_path, table_path
 
 from conftest import write_project
 
-OLOPROOF = str(Path(sys.executable).parent / "oloproof")
+OLOPROOF = str(Path(sys.executable).parent / "oloproof-pipeline")
 
 
 def oloproof(*args: str, cwd: Path, environment: dict[str, str] | None = None) -> subprocess.CompletedProcess:

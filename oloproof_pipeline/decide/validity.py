@@ -108,14 +108,24 @@ def relation_transform(project: Project, metric: str) -> str | None:
     return None
 
 
+def relation_transforms(project: Project, metric: str) -> list[str]:
+    """Every transform a metric's relation judges: its own, or all of them when it names none."""
+    for _, relation in project.evaluators_of(MetamorphicRelation):
+        if relation.criterion == metric:
+            if relation.config.transform is not None:
+                return [relation.config.transform]
+            return [transform.name for transform in project.config.metamorphic.transforms]
+    return []
+
+
 def transform_blocking_reasons(project: Project, metric: str, derived_cases: pd.DataFrame | None) -> list[BlockingReason]:
     """`transform_not_checked` for a metric over a transform people have not shown to be valid."""
-    transform = relation_transform(project, metric)
-    if transform is None:
-        return []
-    validity = transform_validity(derived_cases).get(transform)
-    if validity is None:
-        return [(INSUFFICIENT_EVIDENCE, f"transform_not_checked: {transform}: no derived pairs")]
-    if validity.checked:
-        return []
-    return [(INSUFFICIENT_EVIDENCE, f"transform_not_checked: {validity.summary()}")]
+    validities = transform_validity(derived_cases)
+    reasons: list[BlockingReason] = []
+    for transform in relation_transforms(project, metric):
+        validity = validities.get(transform)
+        if validity is None:
+            reasons.append((INSUFFICIENT_EVIDENCE, f"transform_not_checked: {transform}: no derived pairs"))
+        elif not validity.checked:
+            reasons.append((INSUFFICIENT_EVIDENCE, f"transform_not_checked: {validity.summary()}"))
+    return reasons

@@ -37,7 +37,7 @@ warnings.filterwarnings("ignore", message="Specifying a partitions_def on an Ass
 def versions_partitions(project: Project) -> DynamicPartitionsDefinition:
     """One partition per system version; named per project so two projects in one
     Dagster instance keep their versions apart."""
-    return DynamicPartitionsDefinition(name=f"{project.name}_versions")
+    return DynamicPartitionsDefinition(name=f"{project.dagster_name}_versions")
 
 
 def build_definitions(project_dir: str | Path, *, stop_downstream_on_block: bool = False) -> Definitions:
@@ -47,19 +47,19 @@ def build_definitions(project_dir: str | Path, *, stop_downstream_on_block: bool
     project = load_project(project_dir)
     versions = versions_partitions(project)
     assets, checks = build_assets(project, versions, stop_downstream_on_block=stop_downstream_on_block)
-    comparison = AssetSelection.assets(AssetKey([project.name, "version_comparison"]))
-    certification = AssetSelection.assets(AssetKey([project.name, CERTIFICATION]))
+    comparison = AssetSelection.assets(AssetKey([project.dagster_name, "version_comparison"]))
+    certification = AssetSelection.assets(AssetKey([project.dagster_name, CERTIFICATION]))
     # Certification plays every reference on the system: an evaluation does it only when the
     # release policy gates on certified cases; `oloproof certify` (the certify job) any time.
     uncertified = AssetSelection.assets() if project.release.require_certified_cases else certification
     evaluate = define_asset_job(
         EVALUATE_JOB,
-        selection=AssetSelection.groups(project.name) - comparison - uncertified,
+        selection=AssetSelection.groups(project.dagster_name) - comparison - uncertified,
         description="Record, judge and gate one system version of the project.",
     )
     regrade = define_asset_job(
         REGRADE_JOB,
-        selection=AssetSelection.assets(*(AssetKey([project.name, name]) for name in REGRADED_ASSETS)),
+        selection=AssetSelection.assets(*(AssetKey([project.dagster_name, name]) for name in REGRADED_ASSETS)),
         description="Re-judge stored recordings and replays of any version, without the system under test. "
         "Backfill it over old versions after an evaluator or a rule changes.",
     )
@@ -68,7 +68,7 @@ def build_definitions(project_dir: str | Path, *, stop_downstream_on_block: bool
     )
     certify = define_asset_job(
         CERTIFY_JOB,
-        selection=AssetSelection.assets(*(AssetKey([project.name, name]) for name in ("cases", "derived_cases", CERTIFICATION))),
+        selection=AssetSelection.assets(*(AssetKey([project.dagster_name, name]) for name in ("cases", "derived_cases", CERTIFICATION))),
         description="Certify the cases: flag those a do-nothing agent passes, whose reference fails them, "
         "and copies or duplicates that test nothing.",
     )

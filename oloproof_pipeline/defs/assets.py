@@ -203,7 +203,7 @@ def flags_markdown(rows: list[dict]) -> str:
 
 def sandbox_pool(project: Project) -> str:
     """Assets that drive the system share this pool, so two runs never drive one sandbox."""
-    return f"{project.name}_sandbox"
+    return f"{project.dagster_name}_sandbox"
 
 
 def build_assets(
@@ -211,9 +211,9 @@ def build_assets(
 ) -> tuple[list, list]:
     """The project's assets and their asset checks. With `stop_downstream_on_block` the gate
     check is blocking: a BLOCK fails the run and skips every asset downstream of the gate."""
-    prefix = [project.name]
+    prefix = [project.dagster_name]
     code_version = code_versions(project)
-    common = {"key_prefix": prefix, "group_name": project.name, "io_manager_key": IO_MANAGER_KEY}
+    common = {"key_prefix": prefix, "group_name": project.dagster_name, "io_manager_key": IO_MANAGER_KEY}
     per_version = {**common, "partitions_def": versions}
 
     def upstream(*names: str) -> list[AssetKey]:

@@ -30,7 +30,7 @@ from .instance import foreign_instance_problem
 
 def version_bump_sensor(project: Project, versions: DynamicPartitionsDefinition, job: Any) -> SensorDefinition:
     @sensor(
-        name=f"{project.name}_new_system_version",
+        name=f"{project.dagster_name}_new_system_version",
         job=job,
         minimum_interval_seconds=30,
         default_status=DefaultSensorStatus.RUNNING,
@@ -60,7 +60,7 @@ def nightly_schedule(project: Project, versions: DynamicPartitionsDefinition, jo
     recording, so a quiet night costs almost nothing."""
 
     @schedule(
-        name=f"{project.name}_nightly",
+        name=f"{project.dagster_name}_nightly",
         job=job,
         cron_schedule=project.config.schedule.cron,
         execution_timezone=project.config.schedule.timezone,

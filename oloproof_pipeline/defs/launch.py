@@ -81,7 +81,7 @@ def run_evaluation(
     definitions = build_definitions(project.root)
     ensure_version_partition(instance, versions_partitions(project).name, version)
     run_config = {
-        "ops": {recording_op_name(project.name): {"config": {"fresh": fresh}}},
+        "ops": {recording_op_name(project.dagster_name): {"config": {"fresh": fresh}}},
         # The whole log stays in the instance (see it in `dagster dev`); the console shows
         # only what `log_level` lets through.
         "loggers": {"console": {"config": {"log_level": log_level}}},

@@ -13,6 +13,7 @@ import yaml
 from pydantic import ValidationError
 
 from ..model.errors import ProjectError, describe_validation_error, yaml_line
+from ..model.oloproof_keys import unsupported_evaluator
 from .base import Evaluator, EvaluatorConfig, JudgingContext
 from .exact_match import ExactMatch
 from .fault_recovery import FaultRecovery
@@ -44,7 +45,8 @@ def build_evaluators(
         if kind not in EVALUATOR_TYPES:
             line = yaml_line(yaml_root, ("evaluators", index, "type"))
             known = ", ".join(sorted(EVALUATOR_TYPES))
-            problems.append(f"{file}:{line}: evaluators[{index}].type: unknown evaluator type {kind!r} (known: {known})")
+            problem = unsupported_evaluator(kind) or f"unknown evaluator type {kind!r} (known: {known})"
+            problems.append(f"{file}:{line}: evaluators[{index}].type: {problem}")
             continue
         evaluator_class = EVALUATOR_TYPES[kind]
         try:

@@ -4,13 +4,13 @@ before any evaluator looks at a case (copies excluded, failed recordings MISSING
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from ..model.cases import CaseRecord
 from ..model.records import RecordedRun
-from ..model.outcomes import EXCLUDED, METAMORPHIC_COPY, MISSING, Outcome, Verdict
+from ..model.outcomes import EXCLUDED, FAIL, METAMORPHIC_COPY, MISSING, Outcome, Verdict
 
 
 class EvaluatorConfig(BaseModel):
@@ -19,6 +19,9 @@ class EvaluatorConfig(BaseModel):
 
     type: str
     criterion: str | None = None
+    # Oloproof's key: a case whose system run failed (raised, timed out, returned no JSON) is
+    # MISSING by default, or counts as a FAIL with `fail`.
+    on_execution_error: Literal["missing", "fail"] = "missing"
 
 
 @dataclass
@@ -63,8 +66,13 @@ class Evaluator:
         if recording is None:
             return self.verdict(case, MISSING, "not_recorded")
         if recording.status != "ok":
-            return self.verdict(case, MISSING, f"run_{recording.status}", {"error": recording.error})
+            return self.verdict(case, self.execution_error_outcome, f"run_{recording.status}", {"error": recording.error})
         return self.judge(case, recording, context)
+
+    @property
+    def execution_error_outcome(self) -> Outcome:
+        """What a failed system run counts as on this criterion (`on_execution_error`)."""
+        return FAIL if self.config.on_execution_error == "fail" else MISSING
 
     def judge(self, case: CaseRecord, recording: RecordedRun, context: JudgingContext) -> Verdict:
         raise NotImplementedError

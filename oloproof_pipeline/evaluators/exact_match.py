@@ -1,4 +1,9 @@
-"""`exact_match`: one field of the output equals one field of the case (1 and 1.0 alike, true never 1)."""
+"""`exact_match`: one field of the output equals one field of the case (1 and 1.0 alike, true never 1).
+
+Text is compared as Oloproof compares it: with surrounding whitespace stripped (`strip`, on by
+default) and, with `casefold: true`, without regard to case. An `expected_field` that does not
+start with `input`, `expected` or `metadata` is, as in Oloproof, a field of the case's `expected`.
+"""
 
 from __future__ import annotations
 
@@ -18,9 +23,18 @@ CASE_PARTS = ("input", "expected", "metadata")
 
 
 def names_a_case_part(path: str) -> str:
-    if not path or split_path(path)[0] not in CASE_PARTS:
-        raise ValueError(f"{path!r} must start with one of: {', '.join(CASE_PARTS)} (e.g. 'expected.answer')")
-    return path
+    """A path from the case's top: a bare name (Oloproof's wording) is a field of `expected`."""
+    if not path:
+        raise ValueError(f"{path!r} names no field: write e.g. 'answer' or 'expected.answer'")
+    return path if split_path(path)[0] in CASE_PARTS else f"expected.{path}"
+
+
+def normalized(value: Any, *, strip: bool, casefold: bool) -> Any:
+    """Text as Oloproof compares it; anything else unchanged."""
+    if not isinstance(value, str):
+        return value
+    value = value.strip() if strip else value
+    return value.casefold() if casefold else value
 
 
 def case_parts(case: CaseRecord) -> dict[str, Any]:
@@ -32,6 +46,8 @@ class ExactMatchConfig(EvaluatorConfig):
     # A dotted path into the recorded output; "" is the whole output.
     field: DottedPath = "answer"
     expected_field: Annotated[DottedPath, AfterValidator(names_a_case_part)] = "expected.answer"
+    strip: bool = True
+    casefold: bool = False
 
 
 class ExactMatch(Evaluator):
@@ -47,6 +63,7 @@ class ExactMatch(Evaluator):
         if actual is ABSENT:
             return self.verdict(case, FAIL, "field_absent", {"expected": expected, "actual": None, "absent": True})
         details = {"expected": expected, "actual": actual}
-        if values_equal(expected, actual):
+        options = {"strip": self.config.strip, "casefold": self.config.casefold}
+        if values_equal(normalized(expected, **options), normalized(actual, **options)):
             return self.verdict(case, PASS, "matches", details)
         return self.verdict(case, FAIL, "differs", details)

@@ -4,6 +4,8 @@ A copy of a request (a paraphrase, a pasted "SYSTEM OVERRIDE") should leave the 
 the same thing: the same output (or one field of it), the same ordered tool calls with the
 same arguments, or the same state after. Only copies are judged; sources and copies of other
 transforms are EXCLUDED, and a missing recording on either side makes the pair MISSING.
+Without a `transform` (Oloproof's wording), the relation holds for the copies of every
+transform, under the criterion `<relation>_under_transform`.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ Relation = Literal["same_output", "same_actions", "same_state"]
 
 class MetamorphicRelationConfig(EvaluatorConfig):
     relation: Relation
-    transform: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    transform: str | None = Field(default=None, pattern=r"^[a-z][a-z0-9_]*$")
     # same_output only: compare one field of the output instead of all of it.
     field: DottedPath | None = None
 
@@ -43,12 +45,12 @@ class MetamorphicRelation(Evaluator):
     config: MetamorphicRelationConfig
 
     def default_criterion(self) -> str:
-        return f"{self.config.relation}_under_{self.config.transform}"
+        return f"{self.config.relation}_under_{self.config.transform or 'transform'}"
 
     def judge_case(self, case: CaseRecord, context: JudgingContext) -> Verdict:
         if not case.is_derived:
             return self.verdict(case, EXCLUDED, NOT_A_METAMORPHIC_PAIR)
-        if case.transform != self.config.transform:
+        if self.config.transform is not None and case.transform != self.config.transform:
             return self.verdict(case, EXCLUDED, ANOTHER_TRANSFORM, {"transform": case.transform})
         source = context.recording_of(case.source_id or "")
         derived = context.recording_of(case.case_id)
@@ -56,7 +58,8 @@ class MetamorphicRelation(Evaluator):
             if recording is None:
                 return self.verdict(case, MISSING, f"{side}_not_recorded", {"source": case.source_id})
             if recording.status != "ok":
-                return self.verdict(case, MISSING, f"{side}_run_{recording.status}", {"error": recording.error})
+                outcome = self.execution_error_outcome
+                return self.verdict(case, outcome, f"{side}_run_{recording.status}", {"error": recording.error})
         assert source is not None and derived is not None
         return self.judge_pair(case, source, derived)
 

@@ -183,13 +183,17 @@ class StateComparison:
         return [state_row(base + leaf, read_keys(expected, leaf), ABSENT, matched=False) for leaf in leaf_keys(expected)]
 
 
-def expected_state_of(case: CaseRecord) -> Any:
-    state = (case.expected or {}).get("state")
+def expected_state_of(case: CaseRecord, field: str = "state") -> Any:
+    """The state a case expects: its `expected.<field>` (`state` unless configured)."""
+    state = read_path(case.expected or {}, field)
     return ABSENT if state is None else state
 
 
 class StateMatchesConfig(EvaluatorConfig):
-    mode: Mode = "subset"
+    # Oloproof's default: the whole state (or each path) as expected, nothing more.
+    mode: Mode = "exact"
+    # The field of the case's `expected` that holds the state, as in Oloproof.
+    expected_field: DottedPath = Field(default="state", min_length=1)
     # None compares the whole state.
     paths: list[DottedPath] | None = Field(default=None, min_length=1)
     tolerance: float | None = Field(default=None, ge=0)
@@ -208,7 +212,7 @@ class StateMatches(Evaluator):
         return state_view(state, ignore=self.config.ignore, rows=self.config.match_rows_by)
 
     def judge(self, case: CaseRecord, recording: RecordedRun, context: JudgingContext) -> Verdict:
-        expected_state = self.view(expected_state_of(case))
+        expected_state = self.view(expected_state_of(case, self.config.expected_field))
         if expected_state is ABSENT:
             return self.verdict(case, EXCLUDED, "no_expected_state")
         if recording.environment_state is None:

@@ -19,7 +19,7 @@ from .state_matches import StateComparison, first_difference
 
 
 class StateUnchangedConfig(EvaluatorConfig):
-    criterion: str
+    # Without one, the criterion is `state_unchanged`, as in Oloproof.
     paths: list[DottedPath] = Field(min_length=1)
 
 

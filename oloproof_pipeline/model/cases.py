@@ -32,6 +32,15 @@ class CaseRow(StrictModel):
     expected: dict[str, Any] | None = None
     metadata: dict[str, Any] | None = None
     events: list[dict[str, Any]] | None = None
+    # Oloproof's key: the cluster the case belongs to (cases of one cluster are not independent).
+    group_id: str | int | None = None
+
+    @field_validator("group_id")
+    @classmethod
+    def _group_id_as_text(cls, group_id: str | int | None) -> str | None:
+        if isinstance(group_id, bool) or group_id == "":
+            raise ValueError("must be a non-empty string or an integer")
+        return None if group_id is None else str(group_id)
 
     @field_validator("id")
     @classmethod
@@ -174,6 +183,18 @@ def load_snapshot(project: Project, name: str) -> dict[str, Any]:
     return state
 
 
+def _check_group_ids_all_or_none(rows: list[tuple[Path, int, CaseRow]]) -> None:
+    """As in Oloproof: a dataset declares `group_id` on every case or on none, since a case
+    without one would silently be a cluster of its own."""
+    declared = [row.group_id is not None for _, _, row in rows]
+    if any(declared) and not all(declared):
+        path, line_number, _ = next(item for item, has_one in zip(rows, declared) if not has_one)
+        raise ProjectError(
+            f"{path}:{line_number}: group_id: {sum(declared)} of {len(rows)} cases declare group_id; "
+            "declare it on every case or on none"
+        )
+
+
 def load_cases(project: Project) -> list[CaseRecord]:
     """Every source case of the dataset, validated, with its digest. Nothing is returned
     from a half-read dataset: the first bad file fails the load."""
@@ -195,6 +216,7 @@ def load_cases(project: Project) -> list[CaseRecord]:
             rows.append((path, line_number, row))
     if problems:
         raise ProjectError(problems)
+    _check_group_ids_all_or_none(rows)
 
     declares_states = any(row.initial_state is not None or row.snapshot is not None for _, _, row in rows)
     cases = []
@@ -210,11 +232,11 @@ def load_cases(project: Project) -> list[CaseRecord]:
                     input=row.input,
                     expected=row.expected,
                     metadata=row.metadata,
-                    group_id=None,
+                    group_id=row.group_id,
                     initial_state=initial_state,
                     include_initial_state=declares_states,
                 ),
-                group_id=row.id,
+                group_id=row.group_id or row.id,
                 input=row.input,
                 initial_state=initial_state,
                 snapshot=row.snapshot,

@@ -6,6 +6,7 @@ into a line naming the file, the line where known, and the field.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -129,7 +130,8 @@ class TransformConfig(StrictModel):
     template: str | None = None
     replace: list[tuple[str, str]] | None = None
     validity_labels: str | None = None
-    minimum_validity: float = Field(default=0.8, ge=0.0, le=1.0)
+    # Below 1, as in Oloproof: a lower confidence bound from finitely many labels never reaches 1.
+    minimum_validity: float = Field(default=0.8, ge=0.0, lt=1.0)
     # Part of the transform's digest: bump it to retire every label written for the old one.
     version: int = Field(default=1, ge=1)
 
@@ -189,6 +191,31 @@ def _check_slice_spec(text: str) -> str:
     return text
 
 
+# -- Oloproof's keys -------------------------------------------------------------------------
+
+
+class ExportKeyBlock(StrictModel):
+    """Oloproof writes this into oloproof.yaml on its first run: the fingerprint of the key its
+    exports are keyed with. Kept as read; this pipeline exports nothing keyed."""
+
+    fingerprint: str = Field(pattern=r"^sha256:[0-9a-f]{64}$")
+    keyed: list[str] = Field(default_factory=list)
+    previous: list[str] = Field(default_factory=list)
+
+
+# Dagster names (groups, asset key parts, jobs) take only these characters.
+DAGSTER_NAME = re.compile(r"^[A-Za-z0-9_]+$")
+
+
+def dagster_name(project: str) -> str:
+    """A valid Dagster name for a project name: itself when valid, else its other characters
+    replaced by `_` plus a short digest of the name, so two projects never share one."""
+    if DAGSTER_NAME.match(project):
+        return project
+    suffix = hashlib.sha256(project.encode("utf-8")).hexdigest()[:8]
+    return f"{re.sub(r'[^A-Za-z0-9_]', '_', project)}_{suffix}"
+
+
 class ProjectConfig(StrictModel):
     version: int = 1
     project: str
@@ -204,12 +231,16 @@ class ProjectConfig(StrictModel):
     # A correct agent, `module:func(input, toolbox)` returning the output: `oloproof certify`
     # plays it on each case without `expected.actions` (run/reference.py).
     reference: str | None = Field(default=None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+    # Oloproof's own record of its export key; see ExportKeyBlock.
+    export_key: ExportKeyBlock | None = None
 
     @field_validator("project")
     @classmethod
     def _project_name_usable(cls, name: str) -> str:
-        if not re.match(r"^[A-Za-z0-9_-]+$", name):
-            raise ValueError("project names a Dagster group: use letters, digits, '_' and '-'")
+        # Any readable name (Oloproof's own are like `stateful-agent-example`): Dagster gets
+        # `dagster_name(name)`, people see the name as written.
+        if not name.strip() or any(not character.isprintable() for character in name):
+            raise ValueError("the project needs a name of printable characters")
         return name
 
 
@@ -229,6 +260,9 @@ class RuleConfig(StrictModel):
         if self.min is not None and self.max is not None and self.min >= self.max:
             # An interval can clear both bars only when it lies strictly between them.
             raise ValueError(f"rule {self.id!r}: min {self.min:g} is not below max {self.max:g}, so it can never pass")
+        if self.min is not None and self.max is not None:
+            # As in Oloproof: one bar per rule, so each decision says which bar it was.
+            raise ValueError(f"rule {self.id!r} takes 'min' or 'max', not both; write two rules")
         return self
 
 
@@ -236,7 +270,8 @@ class ReleasePolicy(StrictModel):
     version: int = 1
     confidence_level: float = Field(default=0.95, gt=0.5, lt=1.0)
     allow_approximate_methods: bool = False
-    min_clusters: int = Field(default=20, ge=2)
+    # Oloproof refuses fewer than 10: a cluster bootstrap over so few clusters is no interval.
+    min_clusters: int = Field(default=20, ge=10)
     # Cases `oloproof certify` flags (broken, or passed by doing nothing) count as EXCLUDED.
     require_certified_cases: bool = False
     # Validated when absent too: a policy that names no rule is refused, not an empty gate.
@@ -271,7 +306,13 @@ class Project:
 
     @property
     def name(self) -> str:
+        """The project's name as written, for people."""
         return self.config.project
+
+    @property
+    def dagster_name(self) -> str:
+        """The name Dagster knows the project by (its group, asset keys, jobs)."""
+        return dagster_name(self.config.project)
 
     @property
     def release_path(self) -> Path:

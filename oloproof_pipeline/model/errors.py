@@ -8,6 +8,8 @@ from typing import Any, Iterable
 import yaml
 from pydantic import ValidationError
 
+from .oloproof_keys import unsupported_key
+
 
 class ProjectError(Exception):
     """One or more problems with a project's files; each problem is one line of text."""
@@ -66,7 +68,7 @@ def describe_validation_error(
         loc = loc_prefix + tuple(item["loc"])
         message = item["msg"]
         if item["type"] == "extra_forbidden":
-            message = "unknown key"
+            message = unsupported_key(loc) or "unknown key"
         elif item["type"] == "missing":
             message = "required key is missing"
         at_line = line if line is not None else yaml_line(yaml_root, loc)

@@ -11,6 +11,10 @@ from typing import Any
 from .config import PROJECT_FILE
 from .errors import ProjectError
 
+# A system written for Oloproof imports these; they come with the `oloproof` extra.
+OLOPROOF_PACKAGES = ("oloproof", "oloproof_core")
+OLOPROOF_EXTRA = "install the oloproof extra to run it: pip install 'oloproof-pipeline[oloproof]'"
+
 
 def load_callable(project_root: Path, reference: str, *, where: str | None = None) -> Any:
     """Import `module:attr` with the module's file found relative to the project folder.
@@ -33,6 +37,10 @@ def load_callable(project_root: Path, reference: str, *, where: str | None = Non
         sys.path.insert(0, str(project_root))  # let the system import its sibling modules
     try:
         spec.loader.exec_module(module)
+    except ModuleNotFoundError as error:
+        if error.name in OLOPROOF_PACKAGES:
+            raise ProjectError(f"{where}: {module_file} is written for Oloproof ({error}); {OLOPROOF_EXTRA}") from None
+        raise ProjectError(f"{where}: importing {module_file} failed: {type(error).__name__}: {error}") from None
     except (Exception, SystemExit) as error:  # a module that exits on import must not end the caller
         raise ProjectError(f"{where}: importing {module_file} failed: {type(error).__name__}: {error}") from None
     value: Any = module

@@ -3,6 +3,7 @@ process of its own, a Dask worker's), and the rule for building it."""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -45,9 +46,17 @@ class SystemSpec:
 
 
 def build_system(attribute: Any) -> Any:
-    """A class is instantiated with no arguments; anything else callable is the system itself."""
+    """A class is instantiated with no arguments; anything else callable is the system itself.
+    A system written for Oloproof (its module imports `oloproof`) is adapted to this runner."""
     if isinstance(attribute, type):
-        return attribute()
-    if callable(attribute):
-        return attribute
-    raise ProjectError(f"system.callable names {attribute!r}, which is neither a class nor callable")
+        system = attribute()
+    elif callable(attribute):
+        system = attribute
+    else:
+        raise ProjectError(f"system.callable names {attribute!r}, which is neither a class nor callable")
+    if "oloproof" in sys.modules:
+        # Imported only once some system has imported Oloproof, which is slow to import.
+        from .oloproof_systems import adapt_system
+
+        system = adapt_system(system)
+    return system
