@@ -54,7 +54,7 @@ from oloproof_pipeline.model.digests import pair_digest
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "example_project" / "stateful_agent"
-OUR_COMMAND = Path(sys.executable).parent / "oloproof"
+OUR_COMMAND = Path(sys.executable).parent / "oloproof-pipeline"  # `oloproof` may be Oloproof's own (the extra)
 OLOPROOF_COMMAND = Path(os.environ.get("OLOPROOF", "/work/oloproof-venv/bin/oloproof"))
 # The refund desk's policy threshold: amounts are varied without crossing it, so each case
 # keeps its kind (and its expected answer).

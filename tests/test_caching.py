@@ -26,7 +26,7 @@ from test_day_thirty import COUNT_CALLS, NEW_CASE, calls, latest
 CRITERIA = 6  # the refund desk's evaluators
 CASES = 72  # 24 sources and their 48 copies
 REPLAYED = 12  # sources that call issue_refund, each replayed twice (control and faulted)
-OLOPROOF = str(Path(sys.executable).with_name("oloproof"))
+OLOPROOF = str(Path(sys.executable).with_name("oloproof-pipeline"))
 FIXED_OVERRIDE = ('if "system override" in message.lower():', "if False:")
 
 

@@ -33,7 +33,7 @@ from oloproof_pipeline.store.layout import table_path
 
 from conftest import REPO, write_project
 
-OLOPROOF = str(Path(sys.executable).parent / "oloproof")
+OLOPROOF = str(Path(sys.executable).parent / "oloproof-pipeline")
 APPROVALS = REPO / "example_project" / "conditional_approval"
 # The example cases whose expectations are deliberately impossible (see the README's examples).
 BROKEN = {"refund_desk": "ord-024", "conditional_approval": "ca-025"}

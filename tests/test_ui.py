@@ -134,7 +134,7 @@ def workspace(tmp_path_factory):
     shutil.copy(REPO / "workspace.yaml", folder / "workspace.yaml")
     (folder / ".venv").symlink_to(Path(sys.prefix))  # the README's commands say `.venv/bin/...`
     environment = {key: value for key, value in os.environ.items() if key != "DAGSTER_HOME"}
-    ran = subprocess.run([".venv/bin/oloproof", "run", "--project", "example_project/stateful_agent"], cwd=folder,
+    ran = subprocess.run([".venv/bin/oloproof-pipeline", "run", "--project", "example_project/stateful_agent"], cwd=folder,
                          env=environment, capture_output=True, text=True, timeout=300)
     assert ran.returncode == 1, ran.stdout + ran.stderr  # the example's gate blocks
     home = folder / ".oloproof" / "dagster_home"
@@ -193,7 +193,7 @@ def test_both_projects_keep_their_history_in_the_workspace_instance(workspace):
         assert not (root / ".oloproof" / "dagster_home").exists()
         assert (root / ".oloproof" / "dagster_instance").read_text().strip() == str(home.resolve())
     environment = {key: value for key, value in os.environ.items() if key != "DAGSTER_HOME"}
-    ran = subprocess.run([".venv/bin/oloproof", "run", "--project", str(approvals)], cwd=folder, env=environment,
+    ran = subprocess.run([".venv/bin/oloproof-pipeline", "run", "--project", str(approvals)], cwd=folder, env=environment,
                          capture_output=True, text=True, timeout=300)
     assert ran.returncode in (0, 1, 3, 4), ran.stderr  # a decision, whichever it is
     runs = runs_in(home)
