@@ -54,6 +54,7 @@ from .read.reports import (
 )
 from .store.journal import log as evidence_log
 from .store.layout import OUTPUT_DIR, StorageWriteError, StoredTableError, read_table, stored_partitions
+from .store.stored import StoredTable
 from .store.tables import GATE_NESTED, rows_from_frame
 
 app = typer.Typer(
@@ -190,10 +191,19 @@ def run(
     # A bad file is found before Dagster is even imported, and before the system is.
     evaluated = load_project(project)
     check_release_policy(evaluated, ungated=ungated)
-    start_fork_server()  # the system's worker processes get ready while Dagster is imported
     root = project.resolve()
-    version = current_system_version(evaluated)
     inputs_digest = run_inputs_digest(evaluated)
+    # A version declared in oloproof.yaml, with the system's code as the last complete run of
+    # it left it, is the version the code reports: nothing to import to know there is nothing
+    # to do.
+    declared = evaluated.config.system.version
+    if not (fresh or launch) and declared is not None:
+        stamp = unchanged_since(root, version=declared, ungated=ungated, inputs_digest=inputs_digest)
+        if stamp is not None:
+            show_unchanged_run(root, stamp, as_json=as_json)
+            return
+    start_fork_server()  # the system's worker processes get ready while Dagster is imported
+    version = current_system_version(evaluated)
     stamp = None if fresh or launch else unchanged_since(root, version=version, ungated=ungated, inputs_digest=inputs_digest)
     if stamp is not None:
         show_unchanged_run(root, stamp, as_json=as_json)
@@ -295,8 +305,8 @@ class RunSummary:
     def counts(self) -> dict[str, Any]:
         from .read.results import outcome_counts
 
-        stored = read_table(self.project_root, "verdicts", self.version)
-        verdicts = outcome_counts(stored) if stored is not None else {}
+        stored = StoredTable.at(self.project_root, "verdicts", partition=self.version)
+        verdicts = outcome_counts(stored.columns("criterion", "outcome")) if stored.exists else {}
         return {
             "cases_recorded": self._value("recorded_runs", "cases_new"),
             "cases_reused": self._value("recorded_runs", "cases_reused"),
@@ -564,10 +574,10 @@ def show_violations(project_dir: Path, version: str) -> None:
     from .read.violations import violation_summary
     from .store.tables import VERDICT_NESTED
 
-    frame = read_table(project_dir.resolve(), "verdicts", version)
+    stored = StoredTable.at(project_dir.resolve(), "verdicts", partition=version)
     # Only a FAIL carries violations: decode those rows, not every verdict.
-    failed = frame[frame["outcome"] == FAIL] if frame is not None else None
-    summary = violation_summary(rows_from_frame(failed, VERDICT_NESTED)) if failed is not None else []
+    failed = (stored.columns("outcome")["outcome"] == FAIL).to_numpy().nonzero()[0] if stored.exists else []
+    summary = violation_summary(stored.rows(failed, stored.names, VERDICT_NESTED)) if len(failed) else []
     if not summary:
         return
     table = Table(title="Violations caught (step = tool call number)", title_justify="left", box=box.SIMPLE_HEAD,
