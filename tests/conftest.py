@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import textwrap
 from pathlib import Path
 
 import pytest
+
+# pytest-xdist's workers get COLUMNS=80 and LINES=24 in their environment, and every CLI the
+# tests start would inherit them; the CLI sizes its output by COLUMNS. Tests that care about
+# the width set it themselves, as a user's terminal would.
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "example_project" / "stateful_agent"

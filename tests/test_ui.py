@@ -231,6 +231,9 @@ def test_version_bump_is_evaluated_by_the_sensor_and_the_readme_backfill_regrade
     assert sensor_run.tags.get("dagster/sensor_name") == "refund_desk_new_system_version"
     assert pd.read_parquet(project / ".oloproof" / "tables" / "gate" / "1.1.0.parquet")["gate_decision"].iloc[0] == "BLOCK"
 
+    # The README's backfill re-grades stored recordings after an evaluator changes: both
+    # versions judge that criterion again and reuse every other verdict (and every recording).
+    config.write_text(config.read_text().replace("paths: [orders.ord-999]", "paths: [orders.ord-999.status]"))
     backfill = readme_command(r"dagster job backfill")
     environment = {key: value for key, value in os.environ.items() if key != "DAGSTER_HOME"}
     launched = subprocess.run(["bash", "-c", backfill], cwd=folder, env=environment, capture_output=True, text=True,
@@ -242,6 +245,8 @@ def test_version_bump_is_evaluated_by_the_sensor_and_the_readme_backfill_regrade
     assert set(by_version) == {"1.0.0", "1.1.0"}
     for version, run_id in by_version.items():
         verdicts = pd.read_parquet(project / ".oloproof" / "tables" / "verdicts" / f"{version}.parquet")
-        assert (verdicts["judged_by_run"] == run_id).all()
+        rejudged = verdicts["criterion"] == "other_order_untouched"
+        assert rejudged.any() and (verdicts.loc[rejudged, "judged_by_run"] == run_id).all()
+        assert (verdicts.loc[~rejudged, "judged_by_run"] != run_id).all()
         assert run_id not in set(verdicts["recorded_by_run"])  # re-graded, not re-recorded
     rendered(f"{base}/runs", tmp_path / "profile", "runs-after-backfill.png")

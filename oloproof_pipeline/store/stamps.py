@@ -25,6 +25,9 @@ FileState = tuple[int, int]  # size in bytes, modification time in ns
 class RunStamp(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
+    # Where the project was: a copied or moved project (its tables copied with it) launches,
+    # so its instance and paths are checked and named afresh.
+    project_root: str
     version: str
     ungated: bool
     inputs_digest: str
@@ -55,7 +58,7 @@ def stored_outputs(project_root: Path) -> dict[str, FileState]:
 def write_run_stamp(project_root: Path, *, version: str, ungated: bool, inputs_digest: str, run_id: str,
                     dagster_dev: str) -> RunStamp:
     stamp = RunStamp(
-        version=version, ungated=ungated, inputs_digest=inputs_digest, dagster_home_env=os.environ.get("DAGSTER_HOME"),
+        project_root=str(Path(project_root).resolve()), version=version, ungated=ungated, inputs_digest=inputs_digest, dagster_home_env=os.environ.get("DAGSTER_HOME"),
         run_id=run_id,
         finished_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         outputs=stored_outputs(project_root), dagster_dev=dagster_dev,
@@ -72,8 +75,8 @@ def unchanged_since(project_root: Path, *, version: str, ungated: bool, inputs_d
         stamp = RunStamp.model_validate(json.loads(path.read_text(encoding="utf-8")))
     except (OSError, ValueError, ValidationError):
         return None  # none yet, or unreadable: run, and a new stamp replaces it
-    if (stamp.version, stamp.ungated, stamp.inputs_digest, stamp.dagster_home_env) != (
-        version, ungated, inputs_digest, os.environ.get("DAGSTER_HOME")
+    if (stamp.project_root, stamp.version, stamp.ungated, stamp.inputs_digest, stamp.dagster_home_env) != (
+        str(Path(project_root).resolve()), version, ungated, inputs_digest, os.environ.get("DAGSTER_HOME")
     ):
         return None
     return stamp if stamp.outputs == stored_outputs(project_root) else None
