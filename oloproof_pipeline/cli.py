@@ -574,10 +574,10 @@ def show_violations(project_dir: Path, version: str) -> None:
     from .read.violations import violation_summary
     from .store.tables import VERDICT_NESTED
 
-    stored = StoredTable.at(project_dir.resolve(), "verdicts", partition=version)
-    # Only a FAIL carries violations: decode those rows, not every verdict.
-    failed = (stored.columns("outcome")["outcome"] == FAIL).to_numpy().nonzero()[0] if stored.exists else []
-    summary = violation_summary(stored.rows(failed, stored.names, VERDICT_NESTED)) if len(failed) else []
+    # Only a FAIL carries violations: read those rows, not every verdict.
+    summary = violation_summary(
+        StoredTable.at(project_dir.resolve(), "verdicts", partition=version).rows_where("outcome", FAIL, VERDICT_NESTED)
+    )
     if not summary:
         return
     table = Table(title="Violations caught (step = tool call number)", title_justify="left", box=box.SIMPLE_HEAD,
