@@ -2,6 +2,7 @@
 
 Usage:
     python benchmarks/pipeline.py [--sizes 2400,10000] [--huge] [--vs-oloproof] [--sleep-cases 2400]
+                                  [--dask-cases 200]
                                   [--workdir DIR] [--keep]
 
 For each size N it generates a suite of N source cases for the refund desk
@@ -20,7 +21,9 @@ re-keyed with the current pair digests so both transforms stay checked), then ru
   (the floor any pipeline pays).
 
 Then, at `--sleep-cases` source cases, the same cold run and raw loop on a desk that sleeps
-1 ms per tool call (a stand-in for a tool that waits on I/O), and their ratio.
+1 ms per tool call (a stand-in for a tool that waits on I/O), and their ratio; and at
+`--dask-cases` source cases, recording on a desk that sleeps 20 ms per tool call with one
+sandbox against two on a local Dask cluster, and the speed-up.
 
 `--vs-oloproof` also runs Oloproof's own stateful-agent example (`oloproof init --example
 stateful-agent`, with `OLOPROOF` pointing at its command, default
@@ -51,6 +54,7 @@ import yaml
 from oloproof_pipeline.model.config import TransformConfig
 from oloproof_pipeline.model.transforms import copy_id, digest_of_transform, transformed_input
 from oloproof_pipeline.model.digests import pair_digest
+from scale_out import timed_recording  # benchmarks/ is the script's folder, so on its path
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "example_project" / "stateful_agent"
@@ -61,15 +65,16 @@ OLOPROOF_COMMAND = Path(os.environ.get("OLOPROOF", "/work/oloproof-venv/bin/olop
 ESCALATION_THRESHOLD_USD = 200.0
 BYSTANDER = "ord-999"
 SLEEP_S = 0.001
+DASK_SLEEP_S = 0.020
 
 # A desk that waits 1 ms in every tool, as a tool waiting on a database or an API would.
-SLEEPING_APP = f'''
-"""The refund desk, each tool waiting {SLEEP_S * 1000:g} ms first (benchmarks/pipeline.py)."""
+SLEEPING_APP = '''
+"""The refund desk, each tool waiting SLEEP_MS ms first (benchmarks/pipeline.py)."""
 import time
 
 from app import RefundDesk
 
-SLEEP_S = {SLEEP_S}
+SLEEP_S = SLEEP_MS / 1000
 
 
 class SleepingDesk(RefundDesk):
@@ -322,9 +327,9 @@ def timed_raw_loop(project: Path, callable_name: str) -> tuple[float, Timed]:
     return float(result.stdout.strip().splitlines()[-1]), result
 
 
-def sleeping_suite(workdir: Path, total: int) -> Path:
-    project = our_suite(workdir, total, name="sleeping")
-    (project / "sleeping_app.py").write_text(SLEEPING_APP, encoding="utf-8")
+def sleeping_suite(workdir: Path, total: int, sleep_s: float = SLEEP_S, name: str = "sleeping") -> Path:
+    project = our_suite(workdir, total, name=name)
+    (project / "sleeping_app.py").write_text(SLEEPING_APP.replace("SLEEP_MS", f"{sleep_s * 1000:g}"), encoding="utf-8")
     config = project / "oloproof.yaml"
     text = config.read_text(encoding="utf-8")
     # The sleeping desk lives in its own module; app.py, where the desk's logic is, is declared
@@ -388,12 +393,32 @@ def measure_sleeping(workdir: Path, total: int) -> None:
           f"(against the raw loop's whole process {cold.seconds / loop_process.seconds:.2f})", flush=True)
 
 
+def measure_dask(workdir: Path, total: int, workers: int = 2) -> None:
+    """Recording alone (the stage Dask spreads), one sandbox against `workers` on a local Dask
+    cluster, on a desk whose tools wait DASK_SLEEP_S each: ideal speed-up `workers`."""
+    print(f"\nA desk sleeping {DASK_SLEEP_S * 1000:g} ms per tool call, N = {total:,} source cases, recording alone",
+          flush=True)
+    timings = {}
+    for count in (1, workers):
+        project = sleeping_suite(workdir, total, sleep_s=DASK_SLEEP_S, name=f"dask-{count}")
+        config = yaml.safe_load((project / "oloproof.yaml").read_text(encoding="utf-8"))
+        config.setdefault("execution", {})["workers"] = count
+        (project / "oloproof.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+        timings[count] = timed_recording(project, version=config["system"]["version"])
+    one, (startup, many) = timings[1][1], timings[workers]
+    print(f"  1 sandbox                    {one:8.2f} s", flush=True)
+    print(f"  {workers} sandboxes on Dask          {many:8.2f} s   (+{startup:.2f} s to start the local cluster)", flush=True)
+    print(f"  speed-up                     {one / many:8.2f}x  (ideal {workers}x; with start-up {one / (many + startup):.2f}x)",
+          flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="2400,10000", help="source-case counts, comma separated")
     parser.add_argument("--huge", action="store_true", help="also N = 100,000")
     parser.add_argument("--vs-oloproof", action="store_true", help="Oloproof's own example side by side")
     parser.add_argument("--sleep-cases", type=int, default=2400, help="N for the sleeping desk (0: skip)")
+    parser.add_argument("--dask-cases", type=int, default=200, help="N for the Dask speed-up, 20 ms per tool call (0: skip)")
     parser.add_argument("--workdir", type=Path, default=None, help="where the suites go (default: a temporary folder)")
     parser.add_argument("--keep", action="store_true", help="keep the generated suites")
     parser.add_argument("--raw-loop", nargs=2, metavar=("PROJECT", "CALLABLE"), help=argparse.SUPPRESS)
@@ -413,6 +438,8 @@ def main() -> None:
             measure_size(workdir, total, arguments.vs_oloproof)
         if arguments.sleep_cases:
             measure_sleeping(workdir, arguments.sleep_cases)
+        if arguments.dask_cases:
+            measure_dask(workdir, arguments.dask_cases)
     finally:
         if not (arguments.keep or arguments.workdir):
             shutil.rmtree(workdir, ignore_errors=True)

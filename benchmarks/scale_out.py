@@ -60,7 +60,7 @@ def write_project(root: Path, cases: int, case_seconds: float, workers: int) -> 
     return root
 
 
-def timed_recording(root: Path) -> tuple[float, float]:
+def timed_recording(root: Path, version: str = "1") -> tuple[float, float]:
     """(seconds to start the sandboxes, seconds to record every case)."""
     project = load_project(root)
     cases = load_cases(project)
@@ -68,7 +68,7 @@ def timed_recording(root: Path) -> tuple[float, float]:
     with Sandboxes(project.config.execution) as sandboxes:
         sandboxes.client()  # start the cluster now, to time it apart from the recording
         ready = time.perf_counter()
-        runs, summary = record_cases(project, cases, version="1", run_id="benchmark", sandboxes=sandboxes)
+        runs, summary = record_cases(project, cases, version=version, run_id="benchmark", sandboxes=sandboxes)
         finished = time.perf_counter()
     assert summary.new == len(cases) and all(run.status == "ok" for run in runs)
     return ready - started, finished - ready
