@@ -59,3 +59,9 @@ def write_project(
     if rules:
         (root / "release.yaml").write_text(json.dumps({"version": 1, "rules": rules}, indent=2), encoding="utf-8")
     return root
+
+
+def pytest_collection_modifyitems(config, items):
+    """The UI tests take minutes in one file: run first, the other test workers share the rest
+    meanwhile instead of waiting on them at the end (the order within each file is kept)."""
+    items.sort(key=lambda item: Path(str(item.fspath)).name != "test_ui.py")
