@@ -193,20 +193,25 @@ def run(
     check_release_policy(evaluated, ungated=ungated)
     root = project.resolve()
     inputs_digest = run_inputs_digest(evaluated)
-    # A version declared in oloproof.yaml, with the system's code as the last complete run of
-    # it left it, is the version the code reports: nothing to import to know there is nothing
-    # to do.
-    declared = evaluated.config.system.version
-    if not (fresh or launch) and declared is not None:
-        stamp = unchanged_since(root, version=declared, ungated=ungated, inputs_digest=inputs_digest)
+
+    def shown_unchanged(version: str | None) -> bool:
+        """Nothing changed since the last complete run of `version`: its results are shown."""
+        stamp = None if fresh or launch or version is None else unchanged_since(
+            root, version=version, ungated=ungated, inputs_digest=inputs_digest
+        )
         if stamp is not None:
             show_unchanged_run(root, stamp, as_json=as_json)
-            return
+        return stamp is not None
+
+    # A version declared in oloproof.yaml, with the system's code as the last complete run of
+    # it left it, is the version the code reports: nothing to import to know there is nothing
+    # to do. Otherwise the system says its version first.
+    declared = evaluated.config.system.version
+    if shown_unchanged(declared):
+        return
     start_fork_server()  # the system's worker processes get ready while Dagster is imported
     version = current_system_version(evaluated)
-    stamp = None if fresh or launch else unchanged_since(root, version=version, ungated=ungated, inputs_digest=inputs_digest)
-    if stamp is not None:
-        show_unchanged_run(root, stamp, as_json=as_json)
+    if declared is None and shown_unchanged(version):
         return
     forget_run_stamp(root, version)
     from .defs.launch import run_evaluation
