@@ -9,6 +9,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from dagster import DagsterInstance
 
 # pytest-xdist's workers get COLUMNS=80 and LINES=24 in their environment, and every CLI the
 # tests start would inherit them; the CLI sizes its output by COLUMNS. Tests that care about
@@ -18,6 +19,13 @@ for _name in ("COLUMNS", "LINES"):
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "example_project" / "stateful_agent"
+
+
+@pytest.fixture
+def instance(tmp_path):
+    """A Dagster instance of the test's own, in its temporary folder."""
+    with DagsterInstance.local_temp(tempdir=str(tmp_path)) as instance:
+        yield instance
 
 
 @pytest.fixture

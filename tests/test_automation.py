@@ -3,10 +3,8 @@ newest one, and with nothing changed that costs no system call."""
 
 from __future__ import annotations
 
-import pytest
 from dagster import (
     AssetKey,
-    DagsterInstance,
     DefaultScheduleStatus,
     DefaultSensorStatus,
     SensorResult,
@@ -19,12 +17,6 @@ from oloproof_pipeline.defs import EVALUATE_JOB, build_definitions
 from oloproof_pipeline.defs.launch import run_evaluation
 
 SENSOR, SCHEDULE = "refund_desk_new_system_version", "refund_desk_nightly"
-
-
-@pytest.fixture
-def instance(tmp_path):
-    with DagsterInstance.local_temp(tempdir=str(tmp_path)) as instance:
-        yield instance
 
 
 def bump_version(project_root, new_version: str) -> None:

@@ -31,12 +31,6 @@ FIXED_OVERRIDE = ('if "system override" in message.lower():', "if False:")
 
 
 @pytest.fixture
-def instance(tmp_path):
-    with DagsterInstance.local_temp(tempdir=str(tmp_path)) as instance:
-        yield instance
-
-
-@pytest.fixture
 def counted_desk(refund_desk: Path) -> Path:
     """The refund desk, every call of its agent (recordings and replays) counted in calls.log."""
     app = refund_desk / "app.py"

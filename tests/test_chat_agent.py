@@ -12,7 +12,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from dagster import DagsterInstance
 
 from oloproof_pipeline.cli import example_names
 from oloproof_pipeline.defs.launch import run_evaluation
@@ -64,12 +63,6 @@ def configure(
         kept = [line for line in data.read_text().splitlines() if json.loads(line)["id"] in cases]
         data.write_text("\n".join(kept) + "\n")
     return root
-
-
-@pytest.fixture
-def instance(tmp_path):
-    with DagsterInstance.local_temp(tempdir=str(tmp_path)) as instance:
-        yield instance
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from dagster import AssetKey, DagsterInstance
+from dagster import AssetKey
 
 from oloproof_pipeline.defs import EVALUATE_JOB, build_definitions, versions_partitions
 from oloproof_pipeline.defs.launch import run_evaluation
@@ -32,12 +32,6 @@ TABLE_COLUMNS = {
         "excluded", "reasons", "suite_size_to_decide", "gate_decision",
     ],
 }
-
-
-@pytest.fixture
-def instance(tmp_path):
-    with DagsterInstance.local_temp(tempdir=str(tmp_path)) as instance:
-        yield instance
 
 
 def test_whole_graph_writes_parquet_with_lineage(refund_desk, instance):

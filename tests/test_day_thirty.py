@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import pandas as pd
-import pytest
 from dagster import AssetKey, DagsterInstance, SensorResult, build_sensor_context
 
 from oloproof_pipeline.defs import REGRADE_JOB, build_definitions
@@ -68,12 +67,6 @@ def latest(instance: DagsterInstance, asset: str, project: str = "refund_desk") 
     """The newest materialization's metadata values."""
     event = instance.get_latest_materialization_event(AssetKey([project, asset]))
     return {key: value.value for key, value in event.asset_materialization.metadata.items()}
-
-
-@pytest.fixture
-def instance(tmp_path):
-    with DagsterInstance.local_temp(tempdir=str(tmp_path)) as instance:
-        yield instance
 
 
 def test_incremental_runs_version_bump_and_regrade_without_the_system(refund_desk, instance):

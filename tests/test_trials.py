@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from dagster import DagsterInstance
 from typer.testing import CliRunner
 
 from oloproof_pipeline.cli import app
@@ -72,12 +71,6 @@ def set_trials(root: Path, trials: int) -> None:
     config = json.loads((root / "oloproof.yaml").read_text())
     config["execution"]["trials"] = trials
     (root / "oloproof.yaml").write_text(json.dumps(config))
-
-
-@pytest.fixture
-def instance(tmp_path):
-    with DagsterInstance.local_temp(tempdir=str(tmp_path)) as instance:
-        yield instance
 
 
 def gate_rows(root: Path) -> dict[str, dict]:
