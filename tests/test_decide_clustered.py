@@ -179,7 +179,7 @@ def test_simulated_coverage_with_unequal_cluster_sizes():
 # -- exact coverage of the effective-clusters interval -------------------------------------
 
 
-def _total_passes_distribution(sizes: list[int], rate: float, correlation: float) -> np.ndarray:
+def total_passes_distribution(sizes: list[int], rate: float, correlation: float) -> np.ndarray:
     """P(total passes = t), t = 0..N: the convolution of each cluster's beta-binomial (a binomial
     at ICC 0; all-or-nothing at ICC 1)."""
     total = sum(sizes)
@@ -239,7 +239,7 @@ def test_exact_coverage_of_the_effective_clusters_interval():
         for correlation in correlations:
             coverage, coverage_as_cases = [], []
             for rate in rates:
-                distribution = _total_passes_distribution(sizes, rate, correlation)
+                distribution = total_passes_distribution(sizes, rate, correlation)
                 coverage.append(distribution[(bounds[:, 0] <= rate) & (rate <= bounds[:, 1])].sum())
                 coverage_as_cases.append(distribution[(as_cases[:, 0] <= rate) & (rate <= as_cases[:, 1])].sum())
             worst = min(worst, min(coverage))

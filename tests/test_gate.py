@@ -1,5 +1,4 @@
 import re
-from collections import Counter
 
 import numpy as np
 import pytest
@@ -23,6 +22,7 @@ from oloproof_pipeline.decide.gate import (
 from oloproof_pipeline.decide.validity import TransformValidity
 from oloproof_pipeline.model.config import RuleConfig
 from oloproof_pipeline.decide.statistics import RateEstimate, exact_rate, rate_from_outcomes
+from test_decide_clustered import total_passes_distribution
 
 
 def _estimate(lower, upper, estimate=None, observed=100, missing=0, method="clopper_pearson"):
@@ -326,27 +326,6 @@ def _observed_rows(pattern: list[int], rate: float) -> list[tuple[str, str]]:
     return rows
 
 
-def _passes_distribution(sizes: list[int], rate: float, correlation: float) -> np.ndarray:
-    """P(total passes = t): the convolution of each cluster's beta-binomial (binomial at ICC
-    0, all-or-nothing at ICC 1)."""
-    total = sum(sizes)
-    distribution = np.zeros(total + 1)
-    distribution[0] = 1.0
-    for size, count in Counter(sizes).items():
-        passes = np.arange(size + 1)
-        if correlation == 0:
-            pmf = stats.binom.pmf(passes, size, rate)
-        elif correlation == 1:
-            pmf = np.zeros(size + 1)
-            pmf[0], pmf[size] = 1 - rate, rate
-        else:
-            scale = (1 - correlation) / correlation
-            pmf = stats.betabinom.pmf(passes, size, rate * scale, (1 - rate) * scale)
-        for _ in range(count):
-            distribution = np.convolve(distribution, pmf)[: total + 1]
-    return distribution
-
-
 def _decision_by_total(sizes: list[int], bar: float, kind: str, direction: str) -> np.ndarray:
     """For each total of passes t, whether the gate's interval decides in `direction`."""
     decided = []
@@ -377,7 +356,7 @@ def test_clustered_suite_size_decides_with_80_percent():
             decides = _decision_by_total(sizes, bar, kind, direction)
             cells = []
             for correlation in (0.0, 0.5, 1.0):
-                probability = float(_passes_distribution(sizes, estimate.estimate, correlation)[decides].sum())
+                probability = float(total_passes_distribution(sizes, estimate.estimate, correlation)[decides].sum())
                 worst = min(worst, probability)
                 assert probability >= 0.78, (name, target, bar, correlation, size, probability)
                 cells.append(f"{probability:.3f}")
