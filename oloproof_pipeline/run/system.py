@@ -7,10 +7,13 @@ Its module is never imported in the evaluating process: what the system says abo
 
 from __future__ import annotations
 
+import json
+from dataclasses import asdict, dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from ..model.config import PROJECT_FILE, VERSION_PATTERN, Project
 from ..model.errors import ProjectError
+from ..model.fingerprints import system_code_fingerprint
 from .chat_agent import chat_agent_settings
 from .spec import SystemSpec
 from .supervisor import SystemFacts, probe_system
@@ -71,6 +74,39 @@ def resolve_system_version(project: Project, facts: SystemFacts | None = None) -
 def current_system_version(project: Project) -> str:
     """The version as the system's code says now (imported afresh, in a worker process)."""
     return resolve_system_version(project, system_facts(project))
+
+
+# The run tag a launch files its resolved system under: every stage of the run reads it.
+SYSTEM_TAG = "oloproof/system"
+
+
+@dataclass(frozen=True)
+class ResolvedSystem:
+    """The system as one launch found it, carried with the run so no stage asks again.
+
+    `replayable` is None when nothing was imported to find the version (a declared one):
+    the worker that replays a case imports the system anyway and says so then."""
+
+    version: str
+    code_digest: str
+    replayable: bool | None = None
+
+    def as_tag(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_tag(cls, text: str) -> "ResolvedSystem":
+        return cls(**json.loads(text))
+
+
+def resolve_system(project: Project) -> ResolvedSystem:
+    """The version and facts of the system once per launch: a declared version is taken as
+    it stands (nothing imported); otherwise the system is probed once, in a worker."""
+    code_digest = system_code_fingerprint(project).digest
+    if project.config.system.version is not None:
+        return ResolvedSystem(version=resolve_system_version(project), code_digest=code_digest)
+    facts = system_facts(project)
+    return ResolvedSystem(version=resolve_system_version(project, facts), code_digest=code_digest, replayable=facts.replayable)
 
 
 def system_toolbox(system: Any) -> ToolBox | None:
