@@ -291,11 +291,11 @@ def gate_inputs_digest(
     copies' label status, the release policy and the relations' transforms (and the later
     trials' verdicts, when there are any)."""
     relations = {rule.metric: relation_transform(project, split_trial_metric(rule.metric)[1]) for rule in project.release.rules}
-    validity = frame_digest("validity/v1", None if derived_cases is None else derived_cases[VALIDITY_COLUMNS])
+    validity = frame_digest("validity/v1", None if derived_cases is None else derived_cases[VALIDITY_COLUMNS], producer="decisions")
     settings = {"release": project.release.model_dump(mode="json"), "relations": relations, "validity": validity}
     if trial_verdicts is not None:
-        settings["trials"] = frame_digest("trials/v1", trial_verdicts[GATED_TRIAL_COLUMNS])
-    return frame_digest("gate/v1", verdicts[GATED_VERDICT_COLUMNS], settings)
+        settings["trials"] = frame_digest("trials/v1", trial_verdicts[GATED_TRIAL_COLUMNS], producer="decisions")
+    return frame_digest("gate/v1", verdicts[GATED_VERDICT_COLUMNS], settings, producer="decisions")
 
 
 def reusable_gate(stored: pd.DataFrame | None, inputs_digest: str) -> pd.DataFrame | None:

@@ -243,7 +243,7 @@ def slices_inputs_digest(project: Project, verdicts: pd.DataFrame) -> str:
         "confidence": project.release.confidence_level,
         "fdr": SLICE_FDR,
     }
-    return frame_digest("slices/v1", verdicts[SLICED_VERDICT_COLUMNS], settings)
+    return frame_digest("slices/v1", verdicts[SLICED_VERDICT_COLUMNS], settings, producer="decisions")
 
 
 def reusable_slices(stored: pd.DataFrame | None, inputs_digest: str) -> pd.DataFrame | None:

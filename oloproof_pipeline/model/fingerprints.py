@@ -1,5 +1,8 @@
 """Digests of what produced each stored result, so a cache is reused only while it holds.
 
+- `producer_code_version`: the pipeline's own share of a key, narrowed to the package parts
+  that produce that result (`PRODUCERS`): an edit to the runner re-records, an edit to an
+  evaluator re-judges, an edit to the CLI, the report (`read/`) or `defs/` does neither.
 - `code_versions`: per asset, a digest of the configuration it depends on; when an evaluator
   or a rule changes, the stages it feeds show as stale (Dagster's `code_version`) and a
   backfill re-grades them.
@@ -29,8 +32,20 @@ from .errors import ProjectError
 SYSTEM_CODE_TAG = "system_code/v1"
 EVALUATOR_TAG = "evaluator/v1"
 # The pipeline's own code is part of what produced a recording (the runner and tool box write
-# the trajectory), so a new release of it re-records once.
+# the trajectory): its release under this name in a fingerprint's files, and each of its files
+# under `(oloproof_pipeline)/run/runner.py` and the like, so a changed one is named.
 PIPELINE_ENTRY = "(oloproof_pipeline)"
+PACKAGE = Path(__file__).resolve().parents[1]
+# Per kind of result, the parts of the package (folders or modules) whose code produces it.
+# Never `cli`, `read/` or `defs/`: they show and schedule results, they make none.
+PRODUCERS: dict[str, tuple[str, ...]] = {
+    "cases": ("model",),
+    "copies": ("model",),  # the transforms
+    # The runner, sandboxes, worker, tool box and systems layer; the records' shapes.
+    "recordings": ("run", "toolbox.py", "model"),
+    "verdicts": ("evaluators", "model"),  # the evaluator kinds and the judging engine
+    "decisions": ("decide", "model"),  # slices and the gate
+}
 # Never part of a system's code: caches, version control, and what the pipeline writes.
 # Rows of one column hashed at a time by `frame_digest`.
 HASHED_ROWS = 65536
@@ -38,14 +53,31 @@ SKIPPED_NAMES = {"__pycache__", ".git", ".hg", ".svn", ".oloproof", ".pytest_cac
 
 
 @cache
+def producer_files(producer: str) -> dict[str, str]:
+    """Package-relative name -> a short digest of its content, for each file of `producer`'s
+    parts (`PRODUCERS`), sorted by name."""
+    files = [found for part in PRODUCERS[producer] for found in files_under(PACKAGE / part)]
+    return {
+        path.relative_to(PACKAGE).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+        for path in sorted(set(files))
+    }
+
+
+@cache
+def producer_code_version(producer: str) -> str:
+    """The pipeline's release and a digest of the code that produces `producer`'s results: an
+    edit to that code (a fix in an evaluator, say) is a new version of them even before the
+    release number moves."""
+    return f"{__version__}+" + digest(f"producer/{producer}", producer_files(producer)).removeprefix("sha256:")[:16]
+
+
+@cache
 def pipeline_code_version() -> str:
-    """The pipeline's release and a digest of its own source: what the runner, the tool box and
-    the evaluators were when a result was made. An edit to the pipeline's code (a fix in an
-    evaluator, say) is a new version of it even before the release number moves."""
-    package = Path(__file__).resolve().parents[1]
+    """The release and a digest of every file of the package: for the up-to-date stamp only,
+    where any edit (the Dagster layer's too) must launch a run; caches key on their producer."""
     hashed = hashlib.sha256()
-    for path in sorted(package.rglob("*.py")):
-        hashed.update(path.relative_to(package).as_posix().encode("utf-8") + b"\x00" + path.read_bytes() + b"\x00")
+    for path in files_under(PACKAGE):
+        hashed.update(path.relative_to(PACKAGE).as_posix().encode("utf-8") + b"\x00" + path.read_bytes() + b"\x00")
     return f"{__version__}+{hashed.hexdigest()[:16]}"
 
 
@@ -54,22 +86,22 @@ def code_versions(project: Project) -> dict[str, str]:
     changes, the assets it feeds show as stale and a backfill re-grades them."""
     config = project.config
 
-    def short(tag: str, value: Any) -> str:
-        return f"{pipeline_code_version()}-" + digest(tag, value).removeprefix("sha256:")[:12]
+    def short(tag: str, value: Any, producer: str) -> str:
+        return f"{producer_code_version(producer)}-" + digest(tag, value).removeprefix("sha256:")[:12]
 
     evaluators = config.evaluators
     trials = {"trials": config.execution.trials} if config.execution.trials > 1 else {}
     return {
-        "cases": short("cases", {"dataset": config.dataset}),
-        "derived_cases": short("derived_cases", config.metamorphic.model_dump(mode="json")),
+        "cases": short("cases", {"dataset": config.dataset}, "cases"),
+        "derived_cases": short("derived_cases", config.metamorphic.model_dump(mode="json"), "copies"),
         # Repeated trials enter only when there are some, so one trial keeps the versions it had.
-        "recorded_runs": short("recorded_runs", {"system": config.system.model_dump(mode="json"), **trials}),
+        "recorded_runs": short("recorded_runs", {"system": config.system.model_dump(mode="json"), **trials}, "recordings"),
         "fault_replays": short(
-            "fault_replays", {"evaluators": [each for each in evaluators if each.get("type") == "fault_recovery"]}
+            "fault_replays", {"evaluators": [each for each in evaluators if each.get("type") == "fault_recovery"]}, "recordings"
         ),
-        "verdicts": short("verdicts", {"evaluators": evaluators, **trials}),
-        "slices": short("slices", {"slices": config.slices, "min_support": config.min_slice_support}),
-        "gate": short("gate", project.release.model_dump(mode="json")),
+        "verdicts": short("verdicts", {"evaluators": evaluators, **trials}, "verdicts"),
+        "slices": short("slices", {"slices": config.slices, "min_support": config.min_slice_support}, "decisions"),
+        "gate": short("gate", project.release.model_dump(mode="json"), "decisions"),
     }
 
 
@@ -154,7 +186,8 @@ def system_code_files(project: Project) -> list[Path]:
 def system_code_fingerprint(project: Project) -> CodeFingerprint:
     """A digest of the system's code, computed from file contents without importing it."""
     files = {relative_name(path, project.root): file_digest(path) for path in system_code_files(project)}
-    files[PIPELINE_ENTRY] = pipeline_code_version()
+    files[PIPELINE_ENTRY] = __version__
+    files.update({f"{PIPELINE_ENTRY}/{name}": each for name, each in producer_files("recordings").items()})
     body = {"callable": project.config.system.callable, "files": files}
     system = project.config.system
     if system.is_chat_agent:  # the model, its settings and the loop's are code too (never the key)
@@ -186,7 +219,7 @@ def copies_inputs_digest(project: Project, cases: pd.DataFrame) -> str:
         path = project.root / transform.validity_labels if transform.validity_labels else None
         labels[transform.name] = file_digest(path) if path is not None and path.is_file() else None
     settings = {"metamorphic": project.config.metamorphic.model_dump(mode="json"), "labels": labels}
-    return frame_digest("derived_cases/v1", cases, settings)
+    return frame_digest("derived_cases/v1", cases, settings, producer="copies")
 
 
 # -- evaluators ------------------------------------------------------------------------------
@@ -194,9 +227,9 @@ def copies_inputs_digest(project: Project, cases: pd.DataFrame) -> str:
 
 def evaluator_digest(config: dict[str, Any], code_files: Iterable[Path], project_root: Path) -> str:
     """An evaluator's configuration, the source of its code and of any project module it runs
-    (a python grader's), and the pipeline's version: a change to any re-judges its verdicts."""
+    (a python grader's), and the judging code's version: a change to any re-judges its verdicts."""
     code = {relative_name(path, project_root): file_digest(path) for path in code_files if path.is_file()}
-    return digest(EVALUATOR_TAG, {"config": config, "code": code, "pipeline": pipeline_code_version()})
+    return digest(EVALUATOR_TAG, {"config": config, "code": code, "pipeline": producer_code_version("verdicts")})
 
 
 # -- keys ------------------------------------------------------------------------------------
@@ -209,10 +242,12 @@ def row_key(*parts: Any) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
 
 
-def frame_digest(tag: str, frame: pd.DataFrame | None, extra: Any = None) -> str:
+def frame_digest(tag: str, frame: pd.DataFrame | None, extra: Any = None, *, producer: str | None = None) -> str:
     """A digest of a table's values (its columns as given), of `extra` (plain JSON) and of the
-    pipeline's version: whether a stage's inputs changed, without comparing them row by row."""
-    hashed = hashlib.sha256((tag + "\x00" + canonical_json({"extra": extra, "pipeline": pipeline_code_version()})).encode("utf-8"))
+    version of the code that makes the result (`producer`; None: the whole package): whether a
+    stage's inputs changed, without comparing them row by row."""
+    code = pipeline_code_version() if producer is None else producer_code_version(producer)
+    hashed = hashlib.sha256((tag + "\x00" + canonical_json({"extra": extra, "pipeline": code})).encode("utf-8"))
     if frame is not None:
         hashed.update(canonical_json([str(column) for column in frame.columns]).encode("utf-8"))
         hashed.update(str(len(frame)).encode("utf-8"))

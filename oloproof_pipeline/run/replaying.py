@@ -23,7 +23,7 @@ from ..model.cases import CaseRecord
 from ..model.config import PROJECT_FILE, Project
 from ..model.errors import ProjectError
 from ..model.faults import FaultPlan, FaultReplay, checkpoint_before
-from ..model.fingerprints import pipeline_code_version, row_key
+from ..model.fingerprints import producer_code_version, row_key
 from ..model.outcomes import MISSING
 from ..model.records import RecordedRun
 from ..model.trajectory import Checkpoint
@@ -66,7 +66,7 @@ def fault_plans(project: Project) -> list[tuple[int, FaultPlan]]:
 def judging_digest(plan: FaultPlan) -> str:
     """The whole plan a stored outcome was judged under, and the judge's version: when the
     escalation tools change, stored replays are judged again (not replayed)."""
-    return row_key("fault_judging", plan.model_dump_json(), pipeline_code_version())
+    return row_key("fault_judging", plan.model_dump_json(), producer_code_version("verdicts"))
 
 
 @dataclass

@@ -1,0 +1,82 @@
+"""Cache keys narrowed to their producers, tried on a copy of the pipeline's own source: an
+edit to the CLI re-records and re-judges nothing; an edit to the runner re-records every case
+and names the edited file as the reason."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import oloproof_pipeline
+
+CASES = 72  # the refund desk's 24 sources and their 48 copies
+VERDICTS = CASES * 6  # its six evaluators
+
+
+@pytest.fixture
+def pipeline_copy(tmp_path: Path) -> Path:
+    """A copy of the installed package's source, in a folder put first on PYTHONPATH."""
+    folder = tmp_path / "pipeline"
+    source = Path(oloproof_pipeline.__file__).parent
+    shutil.copytree(source, folder / "oloproof_pipeline", ignore=shutil.ignore_patterns("__pycache__"))
+    return folder
+
+
+def environment(pipeline: Path) -> dict[str, str]:
+    kept = {key: value for key, value in os.environ.items() if key not in {"DAGSTER_HOME", "PYTHONPATH"}}
+    return {**kept, "PYTHONPATH": str(pipeline)}
+
+
+def run_json(project: Path, pipeline: Path) -> dict:
+    """`oloproof run --json` of the project, from the copy of the pipeline."""
+    done = subprocess.run(
+        [sys.executable, "-m", "oloproof_pipeline", "run", "--json"],
+        cwd=project, env=environment(pipeline), capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode in (0, 1), done.stderr  # the refund desk's gate blocks: 1
+    return json.loads(done.stdout)
+
+
+def cli_module(pipeline: Path) -> Path:
+    """The CLI's module, whether it is one file or a package."""
+    package = pipeline / "oloproof_pipeline"
+    return package / "cli.py" if (package / "cli.py").is_file() else package / "cli" / "__init__.py"
+
+
+def append_comment(path: Path) -> None:
+    path.write_text(path.read_text(encoding="utf-8") + "\n# an edit that changes no behaviour\n", encoding="utf-8")
+
+
+def test_a_cli_edit_reuses_everything_and_a_runner_edit_re_records_every_case_naming_it(refund_desk, pipeline_copy):
+    imported = subprocess.run(
+        [sys.executable, "-c", "import oloproof_pipeline; print(oloproof_pipeline.__file__)"],
+        cwd=refund_desk, env=environment(pipeline_copy), capture_output=True, text=True, check=True,
+    )
+    assert Path(imported.stdout.strip()) == pipeline_copy / "oloproof_pipeline" / "__init__.py"
+
+    first = run_json(refund_desk, pipeline_copy)
+    assert (first["counts"]["cases_recorded"], first["counts"]["verdicts_judged"]) == (CASES, VERDICTS)
+
+    # The CLI edited: the up-to-date stamp covers the whole package, so a run is launched, and
+    # it reuses every recording, replay and verdict.
+    append_comment(cli_module(pipeline_copy))
+    after_cli = run_json(refund_desk, pipeline_copy)
+    assert after_cli["run_id"] != first["run_id"]
+    counts = after_cli["counts"]
+    assert (counts["cases_recorded"], counts["cases_reused"]) == (0, CASES)
+    assert (counts["replays_run"], counts["verdicts_judged"], counts["verdicts_reused"]) == (0, 0, VERDICTS)
+    # (The report's own digest still covers the whole package, so it is written again.)
+    assert [line for line in after_cli["why"] if not line.startswith("report written")] == []
+
+    # The runner edited: every case is recorded again, and the reason names the runner.
+    append_comment(pipeline_copy / "oloproof_pipeline" / "run" / "runner.py")
+    after_runner = run_json(refund_desk, pipeline_copy)
+    assert (after_runner["counts"]["cases_recorded"], after_runner["counts"]["cases_reused"]) == (CASES, 0)
+    assert after_runner["counts"]["verdicts_judged"] == VERDICTS
+    assert f"{CASES} cases re-recorded: system code changed ((oloproof_pipeline)/run/runner.py)" in after_runner["why"]
