@@ -39,12 +39,25 @@ class JudgingContext:
 
 
 class Evaluator:
-    """Subclasses set `type`, `config_model`, and implement `judge`."""
+    """Subclasses set `type`, `config_model`, and implement `judge`; and say what they read
+    (the capabilities below, all False unless a kind sets them), which is how the rest of the
+    pipeline picks evaluators without naming kinds."""
 
     type: ClassVar[str]
     config_model: ClassVar[type[EvaluatorConfig]]
-    # Only metamorphic relations judge derived copies; every other evaluator excludes them.
-    judges_copies: ClassVar[bool] = False
+    # Judges a derived copy against its source (a metamorphic relation); every other
+    # evaluator excludes copies.
+    pair_driven: ClassVar[bool] = False
+    # Judges a fault replay of the recording (fault recovery), not the recording alone.
+    replay_driven: ClassVar[bool] = False
+    # Reads the world the run leaves, the tool calls it made, or its answer. A run of a case's
+    # reference actions has no answer, so only state and trace readers judge it.
+    reads_state: ClassVar[bool] = False
+    reads_trace: ClassVar[bool] = False
+    reads_answer: ClassVar[bool] = False
+    # Compares the world the run leaves with the case's expected state: a run that does
+    # nothing and passes it shows the expected state held at the start (certification).
+    expects_state: ClassVar[bool] = False
 
     def __init__(self, config: EvaluatorConfig):
         self.config = config
@@ -60,7 +73,7 @@ class Evaluator:
         return Verdict(case_id=case.case_id, criterion=self.criterion, outcome=outcome, reason=reason, details=details)
 
     def judge_case(self, case: CaseRecord, context: JudgingContext) -> Verdict:
-        if case.is_derived and not self.judges_copies:
+        if case.is_derived and not self.pair_driven:
             return self.verdict(case, EXCLUDED, METAMORPHIC_COPY)
         recording = context.recording_of(case.case_id)
         if recording is None:

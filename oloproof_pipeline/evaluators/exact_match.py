@@ -53,6 +53,7 @@ class ExactMatchConfig(EvaluatorConfig):
 class ExactMatch(Evaluator):
     type: ClassVar[str] = "exact_match"
     config_model: ClassVar[type[EvaluatorConfig]] = ExactMatchConfig
+    reads_answer: ClassVar[bool] = True
     config: ExactMatchConfig
 
     def judge(self, case: CaseRecord, recording: RecordedRun, context: JudgingContext) -> Verdict:

@@ -33,6 +33,7 @@ class FaultRecoveryConfig(EvaluatorConfig):
 class FaultRecovery(Evaluator):
     type: ClassVar[str] = "fault_recovery"
     config_model: ClassVar[type[EvaluatorConfig]] = FaultRecoveryConfig
+    replay_driven: ClassVar[bool] = True
     config: FaultRecoveryConfig
 
     def default_criterion(self) -> str:

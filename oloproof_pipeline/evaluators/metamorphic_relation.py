@@ -41,7 +41,7 @@ class MetamorphicRelationConfig(EvaluatorConfig):
 class MetamorphicRelation(Evaluator):
     type: ClassVar[str] = "metamorphic_relation"
     config_model: ClassVar[type[EvaluatorConfig]] = MetamorphicRelationConfig
-    judges_copies: ClassVar[bool] = True
+    pair_driven: ClassVar[bool] = True
     config: MetamorphicRelationConfig
 
     def default_criterion(self) -> str:

@@ -78,6 +78,10 @@ def _check_json(details: Any) -> None:
 class PythonGrader(Evaluator):
     type: ClassVar[str] = "python"
     config_model: ClassVar[type[EvaluatorConfig]] = PythonGraderConfig
+    # The grader is handed the whole run: it may read any part of it.
+    reads_state: ClassVar[bool] = True
+    reads_trace: ClassVar[bool] = True
+    reads_answer: ClassVar[bool] = True
     config: PythonGraderConfig
 
     def __init__(self, config: PythonGraderConfig):

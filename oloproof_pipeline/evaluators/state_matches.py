@@ -206,6 +206,8 @@ class StateMatchesConfig(EvaluatorConfig):
 class StateMatches(Evaluator):
     type: ClassVar[str] = "state_matches"
     config_model: ClassVar[type[EvaluatorConfig]] = StateMatchesConfig
+    reads_state: ClassVar[bool] = True
+    expects_state: ClassVar[bool] = True
     config: StateMatchesConfig
 
     def view(self, state: Any) -> Any:

@@ -26,6 +26,7 @@ class StateUnchangedConfig(EvaluatorConfig):
 class StateUnchanged(Evaluator):
     type: ClassVar[str] = "state_unchanged"
     config_model: ClassVar[type[EvaluatorConfig]] = StateUnchangedConfig
+    reads_state: ClassVar[bool] = True
     config: StateUnchangedConfig
 
     def judge(self, case: CaseRecord, recording: RecordedRun, context: JudgingContext) -> Verdict:

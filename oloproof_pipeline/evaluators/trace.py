@@ -295,6 +295,7 @@ class TraceConfig:
 class Trace(Evaluator):
     type: ClassVar[str] = "trace"
     config_model: ClassVar[Any] = TraceConfig
+    reads_trace: ClassVar[bool] = True
     config: TraceRuleConfig
 
     def default_criterion(self) -> str:

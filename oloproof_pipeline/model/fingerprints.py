@@ -97,7 +97,8 @@ def code_versions(project: Project) -> dict[str, str]:
         # Repeated trials enter only when there are some, so one trial keeps the versions it had.
         "recorded_runs": short("recorded_runs", {"system": config.system.model_dump(mode="json"), **trials}, "recordings"),
         "fault_replays": short(
-            "fault_replays", {"evaluators": [each for each in evaluators if each.get("type") == "fault_recovery"]}, "recordings"
+            "fault_replays", {"evaluators": [each for each, built in zip(evaluators, project.evaluators) if built.replay_driven]},
+            "recordings",
         ),
         "verdicts": short("verdicts", {"evaluators": evaluators, **trials}, "verdicts"),
         "slices": short("slices", {"slices": config.slices, "min_support": config.min_slice_support}, "decisions"),

@@ -30,13 +30,6 @@ from typing import Any, Callable, Iterable
 import pandas as pd
 
 from ..evaluators.base import Evaluator, JudgingContext
-from ..evaluators.exact_match import ExactMatch
-from ..evaluators.fault_recovery import FaultRecovery
-from ..evaluators.metamorphic_relation import MetamorphicRelation
-from ..evaluators.python_grader import PythonGrader
-from ..evaluators.state_matches import StateMatches
-from ..evaluators.state_unchanged import StateUnchanged
-from ..evaluators.trace import Trace
 from ..model.cases import CaseRecord
 from ..model.config import Project
 from ..model.digests import canonical_json, state_digest
@@ -62,8 +55,6 @@ from .system import system_spec
 
 # The version a do-nothing or reference run is filed under: it is no version of the system.
 CERTIFICATION_RUN = "certification"
-# Evaluators that judge the world and the calls a reference leaves (an answer it has none of).
-REFERENCE_JUDGES = (StateMatches, StateUnchanged, Trace, PythonGrader)
 
 
 @dataclass
@@ -143,7 +134,7 @@ def judged(evaluators: Iterable[Evaluator], case: CaseRecord, run: RecordedRun) 
 
 
 def do_nothing_flags(project: Project, case: CaseRecord, nothing: RecordedRun) -> list[dict[str, Any]]:
-    state_checks = [evaluator for _, evaluator in project.evaluators_of(StateMatches)]
+    state_checks = [evaluator for evaluator in project.evaluators if evaluator.expects_state]
     return [
         flag(
             PASSES_WHEN_NOTHING_IS_DONE,
@@ -158,14 +149,20 @@ def do_nothing_flags(project: Project, case: CaseRecord, nothing: RecordedRun) -
 def reference_flags(project: Project, case: CaseRecord, reference: RecordedRun) -> list[dict[str, Any]]:
     if reference.status != "ok":
         return [flag(REFERENCE_FAILS, f"the reference run ended {reference.status}: {reference.error}")]
-    # A reference callable answers as an agent does, so its answer is judged too.
-    kinds = (*REFERENCE_JUDGES, ExactMatch) if played_by_callable(case) else REFERENCE_JUDGES
-    judges = [evaluator for evaluator in project.evaluators if isinstance(evaluator, kinds)]
+    judges = [evaluator for evaluator in project.evaluators if judges_reference(evaluator, case)]
     return [
         flag(REFERENCE_FAILS, f"the reference actions fail {verdict.criterion}: {verdict.reason}{_detail(verdict.details)}", verdict.criterion)
         for verdict in judged(judges, case, reference)
         if verdict.outcome == FAIL
     ]
+
+
+def judges_reference(evaluator: Evaluator, case: CaseRecord) -> bool:
+    """Whether `evaluator` judges the case's reference run: by the world and the calls it
+    leaves; and by its answer too when a reference callable played it (actions answer nothing)."""
+    if evaluator.pair_driven or evaluator.replay_driven:
+        return False
+    return evaluator.reads_state or evaluator.reads_trace or (evaluator.reads_answer and played_by_callable(case))
 
 
 def _detail(details: Any) -> str:
@@ -179,7 +176,7 @@ def _detail(details: Any) -> str:
 
 def unjudged_flags(project: Project, case: CaseRecord, run: RecordedRun, which: str) -> list[dict[str, Any]]:
     """A source every criterion excludes, on its reference run (or its do-nothing run)."""
-    judges = [e for e in project.evaluators if not isinstance(e, (MetamorphicRelation, FaultRecovery))]
+    judges = [evaluator for evaluator in project.evaluators if not (evaluator.pair_driven or evaluator.replay_driven)]
     verdicts = judged(judges, case, run)
     if verdicts and all(verdict.outcome == EXCLUDED for verdict in verdicts):
         reasons = sorted({f"{verdict.criterion}: {verdict.reason}" for verdict in verdicts})
