@@ -18,7 +18,6 @@ from scipy import stats
 from oloproof_pipeline.decide.suite_size import (
     decision_probability,
     design_effect,
-    icc_from_clusters,
     suite_size_to_decide,
 )
 
@@ -136,23 +135,6 @@ def test_design_effect_helper():
     assert design_effect([], 0.5) == 1.0
     with pytest.raises(ValueError):
         design_effect([3, 4], 1.5)
-
-
-def test_icc_from_clusters():
-    # Every cluster all-pass or all-fail: correlation 1. Identical rates everywhere: 0.
-    assert icc_from_clusters([(5, 5), (0, 5), (5, 5), (0, 5)]) == pytest.approx(1.0)
-    assert icc_from_clusters([(2, 4), (2, 4), (2, 4), (2, 4)]) == 0.0
-    # Not estimable: worst case.
-    assert icc_from_clusters([(3, 5)]) == 1.0
-    assert icc_from_clusters([(1, 1), (0, 1), (1, 1)]) == 1.0
-    assert icc_from_clusters([(5, 5), (3, 3)]) == 1.0
-    # A beta-binomial sample with correlation 0.3, 400 clusters of sizes 2..12: recovered.
-    rng = np.random.default_rng(20240612)
-    sizes = rng.integers(2, 13, size=400)
-    correlation, rate = 0.3, 0.7
-    a, b = rate * (1 - correlation) / correlation, (1 - rate) * (1 - correlation) / correlation
-    passes = rng.binomial(sizes, rng.beta(a, b, size=sizes.size))
-    assert icc_from_clusters(list(zip(passes.tolist(), sizes.tolist()))) == pytest.approx(correlation, abs=0.06)
 
 
 @pytest.mark.parametrize("bad", [{"kind": "range"}, {"estimate": 1.2}, {"confidence": 1.0}, {"power": 0.0}, {"design_effect": 0.0}, {"cap": 0}])

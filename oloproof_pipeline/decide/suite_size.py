@@ -3,7 +3,7 @@ true pass rate were the observed one, the two-sided Clopper-Pearson interval ove
 Binomial(n, estimate) decides the rule (clears the bar: PASS; misses it entirely: FAIL) with
 at least the target probability (80% by default). For clustered metrics n is multiplied by
 the design effect for unequal cluster sizes (Kerry and Bland 2001, Statistics in
-Medicine 20:377-390), 1 + (m_w - 1) * ICC, with the ICC from a one-way ANOVA.
+Medicine 20:377-390), 1 + (m_w - 1) * ICC, at the worst-case ICC of 1 (`decide/statistics.py`).
 
 Why a probability: the size at which an interval centred on the observed rate would just clear
 the bar decides only about half the time; the size reported here decides as often as asked.
@@ -97,33 +97,6 @@ def design_effect(cluster_sizes: list[int], icc: float) -> float:
         return 1.0
     weighted_mean_size = sum(size * size for size in cluster_sizes) / total
     return 1.0 + (weighted_mean_size - 1.0) * icc
-
-
-def icc_from_clusters(passes_by_cluster: list[tuple[int, int]]) -> float:
-    """The one-way ANOVA estimate of the intra-cluster correlation of a binary outcome from
-    (passed, cases) per cluster, for unequal cluster sizes (Fleiss 1981; Donner 1986,
-    International Statistical Review 54:67-82), clipped to [0, 1].
-
-    Where it cannot be estimated (fewer than two clusters, no cluster with two cases, or every
-    case passing or every case failing, so there is no spread to split) it returns 1.0, the
-    worst case: a suite size must not come out smaller because the data are too few to show
-    the clustering."""
-    clusters = [(passed, cases) for passed, cases in passes_by_cluster if cases > 0]
-    for passed, cases in clusters:
-        if not 0 <= passed <= cases:
-            raise ValueError(f"passed {passed} outside 0..{cases}")
-    count = len(clusters)
-    total = sum(cases for _, cases in clusters)
-    if count < 2 or total <= count:
-        return 1.0
-    overall = sum(passed for passed, _ in clusters) / total
-    between = sum(cases * (passed / cases - overall) ** 2 for passed, cases in clusters) / (count - 1)
-    within = sum(passed * (cases - passed) / cases for passed, cases in clusters) / (total - count)
-    typical_size = (total - sum(cases * cases for _, cases in clusters) / total) / (count - 1)
-    denominator = between + (typical_size - 1.0) * within
-    if denominator <= 0.0:
-        return 1.0
-    return min(max((between - within) / denominator, 0.0), 1.0)
 
 
 # -- the decision at one size --------------------------------------------------------------

@@ -16,11 +16,6 @@ TRIAL_AGGREGATES: tuple[TrialAggregate, ...] = (PASS_ALL_TRIALS, PASS_AT_ONE)
 FIRST_TRIAL = 1
 
 
-def trial_metric(aggregate: TrialAggregate, criterion: str) -> str:
-    """`pass^k:state_correct`: the metric name a rule uses."""
-    return f"{aggregate}:{criterion}"
-
-
 def split_trial_metric(metric: str) -> tuple[TrialAggregate | None, str]:
     """(aggregate, criterion): `pass^k:state_correct` -> ("pass^k", "state_correct"); a plain
     criterion -> (None, criterion)."""

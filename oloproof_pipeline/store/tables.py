@@ -340,9 +340,5 @@ def cases_from_table(frame: pd.DataFrame) -> list[CaseRecord]:
     return models_from_frame(frame, CaseRecord, CASE_NESTED)
 
 
-def fault_replays_table(replays: list[FaultReplay]) -> pd.DataFrame:
-    return models_to_frame(replays, FAULT_REPLAYS_SCHEMA, FAULT_REPLAY_NESTED)
-
-
 def replays_from_table(frame: pd.DataFrame | None) -> list[FaultReplay]:
     return models_from_frame(frame, FaultReplay, FAULT_REPLAY_NESTED)
