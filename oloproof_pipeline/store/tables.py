@@ -10,9 +10,10 @@ import gc
 import json
 import os
 import sys
+import types
 from contextlib import suppress
 from collections import namedtuple
-from typing import Any, Iterable, Iterator, TypeVar
+from typing import Any, Iterable, Iterator, Literal, TypeVar, Union, get_args, get_origin
 
 import numpy as np
 import pandas as pd
@@ -22,10 +23,12 @@ from pydantic import BaseModel
 from ..model.cases import CaseRecord
 from ..model.digests import canonical_json
 from ..model.faults import FaultReplay
+from ..model.outcomes import Verdict
 from ..model.records import RecordedRun
 from ..model.transforms import DerivedCaseRecord
 
 TEXT, FLOAT, INT, BOOL = pa.string(), pa.float64(), pa.int64(), pa.bool_()
+SCALAR_TYPES = {str: TEXT, int: INT, float: FLOAT, bool: BOOL}
 
 # Arrow's default pool (mimalloc) keeps what it freed in per-thread arenas, so reading a few
 # tables in turn costs their sum; the system allocator hands it back (unless a user chose).
@@ -41,24 +44,41 @@ def return_freed_memory() -> None:
         with suppress(OSError, AttributeError):
             ctypes.CDLL("libc.so.6").malloc_trim(0)
 
-CASES_SCHEMA = pa.schema(
-    [
-        ("case_id", TEXT), ("case_digest", TEXT), ("source_id", TEXT), ("transform", TEXT), ("group_id", TEXT),
-        ("input", TEXT), ("initial_state", TEXT), ("snapshot", TEXT), ("expected", TEXT), ("metadata", TEXT),
-        ("events", TEXT), ("file", TEXT), ("line", INT),
-    ]
-)
-# The metamorphic copies: the `cases` columns, then each pair's digests and label status.
-DERIVED_CASES_SCHEMA = pa.schema(
-    list(CASES_SCHEMA)
-    + [
-        pa.field("transform_digest", TEXT), pa.field("pair_digest", TEXT), pa.field("label_status", TEXT),
-        pa.field("stale_labels", INT), pa.field("minimum_validity", FLOAT),
-        # What the copies were made from (the cases, the transforms, the label files): while it
-        # holds, a rerun reuses them as they are.
-        pa.field("inputs_digest", TEXT),
-    ]
-)
+
+# -- a record's columns, read off its pydantic model ------------------------------------------
+
+
+def scalar_type(annotation: Any) -> pa.DataType | None:
+    """The Arrow type of a field holding one text, number or flag (optional or a `Literal` of
+    one kind); None for anything else, which is stored as JSON text."""
+    if get_origin(annotation) in (Union, types.UnionType):
+        kept = [each for each in get_args(annotation) if each is not type(None)]
+        if len(kept) != 1:
+            return None
+        annotation = kept[0]
+    if get_origin(annotation) is Literal:
+        kinds = {type(value) for value in get_args(annotation)}
+        return SCALAR_TYPES.get(kinds.pop()) if len(kinds) == 1 else None
+    return SCALAR_TYPES.get(annotation)
+
+
+def json_fields(model: type[BaseModel]) -> tuple[str, ...]:
+    """The fields of `model` stored as JSON text (nested values), in the model's order."""
+    return tuple(name for name, info in model.model_fields.items() if scalar_type(info.annotation) is None)
+
+
+def model_schema(model: type[BaseModel], *extra: pa.Field) -> pa.Schema:
+    """A table whose columns are `model`'s fields in its order (nested ones as JSON text), then
+    `extra`. Reordering the model's fields reorders the stored columns."""
+    columns = [pa.field(name, scalar_type(info.annotation) or TEXT) for name, info in model.model_fields.items()]
+    return pa.schema([*columns, *extra])
+
+
+CASES_SCHEMA = model_schema(CaseRecord)
+# The metamorphic copies: the `cases` columns, then each pair's digests and label status, and
+# what the copies were made from (the cases, the transforms, the label files): while that
+# holds, a rerun reuses them as they are.
+DERIVED_CASES_SCHEMA = model_schema(DerivedCaseRecord, pa.field("inputs_digest", TEXT))
 # Exploratory rates per slice bucket and criterion; never gated.
 SLICES_SCHEMA = pa.schema(
     [
@@ -102,20 +122,10 @@ VERDICTS_SCHEMA = pa.schema(
         ("evaluator_digest", TEXT), ("recording_key", TEXT), ("inputs_key", TEXT),
     ]
 )
-# One row per source case and fault plan: both replays whole, and the outcome judged from them.
-FAULT_REPLAYS_SCHEMA = pa.schema(
-    [
-        ("case_id", TEXT), ("case_digest", TEXT), ("system_version", TEXT), ("criterion", TEXT), ("tool", TEXT),
-        ("fault", TEXT), ("occurrence", INT), ("plan_digest", TEXT), ("outcome", TEXT), ("reason", TEXT),
-        ("details", TEXT), ("faulted_call_index", INT), ("checkpoint", TEXT), ("control_status", TEXT),
-        ("control_error", TEXT), ("control_trajectory", TEXT), ("faulted_status", TEXT), ("faulted_error", TEXT),
-        ("faulted_trajectory", TEXT), ("faulted_output", TEXT), ("faulted_environment_state", TEXT),
-        ("duration_s", FLOAT), ("recorded_by_run", TEXT), ("replayed_by_run", TEXT),
-        # The whole plan the outcome was judged under (escalation tools included; `plan_digest`
-        # covers only what decides the replay itself).
-        ("judging_digest", TEXT),
-    ]
-)
+# One row per source case and fault plan: both replays whole, and the outcome judged from them;
+# then the whole plan the outcome was judged under (escalation tools included; `plan_digest`
+# covers only what decides the replay itself).
+FAULT_REPLAYS_SCHEMA = model_schema(FaultReplay, pa.field("judging_digest", TEXT))
 GATE_SCHEMA = pa.schema(
     [
         ("rule_id", TEXT), ("metric", TEXT), ("decision", TEXT), ("estimate", FLOAT), ("lower", FLOAT),
@@ -291,13 +301,12 @@ def rows_of(frame: pd.DataFrame, names: list[str]) -> Iterator[Any]:
     return (row(*values) for values in zip(*(null_to_none(frame[name]) for name in names)))
 
 
-CASE_NESTED = ("input", "initial_state", "expected", "metadata", "events")
-RUN_NESTED = ("output", "trajectory", "environment_state")
-VERDICT_NESTED = ("details",)
+CASE_NESTED = json_fields(CaseRecord)
+RUN_NESTED = json_fields(RecordedRun)
+VERDICT_NESTED = json_fields(Verdict)
+# A rule's reasons and the gate's (a column beside the rule's fields, from another model).
 GATE_NESTED = ("reasons", "gate_reasons")
-FAULT_REPLAY_NESTED = (
-    "details", "checkpoint", "control_trajectory", "faulted_trajectory", "faulted_output", "faulted_environment_state",
-)
+FAULT_REPLAY_NESTED = json_fields(FaultReplay)
 
 
 # -- records as tables and back -------------------------------------------------------------
