@@ -72,9 +72,9 @@ class Spaceless(Extension):
 
 
 @lru_cache(maxsize=65536)
-def _escaped(text: str) -> str:
+def _escaped(text: str) -> Markup:
     """Run ids, criteria and outcomes repeat on every row of a large report: escaped once each."""
-    return html.escape(text)
+    return Markup(html.escape(text))
 
 
 def escaped(value: Any) -> Markup:
@@ -83,7 +83,7 @@ def escaped(value: Any) -> Markup:
     Markup (a macro's output) is already HTML."""
     if isinstance(value, Markup):
         return value
-    return Markup(_escaped("" if value is None else str(value)))
+    return _escaped("" if value is None else str(value))
 
 
 @lru_cache(maxsize=1)
