@@ -30,7 +30,6 @@ from . import charts
 from .report_view import (
     FAILING,
     PANEL_CASE_FIELDS,
-    PANEL_RUN_FIELDS,
     PANEL_VERDICT_FIELDS,
     REPORT_RUN_FIELDS,
     REPORT_VALIDITY_FIELDS,
@@ -42,13 +41,15 @@ from .report_view import (
 from .results import VersionResults, load_replays
 from .wording import GATE_COLUMNS, METHOD_NAMES, call_text, flagged_buckets, json_text, rule_cells, short_run_id
 
-# What callers import from here (the CLI, the gate asset, the Dagster metadata), wherever it lives.
+# This module's own public names, and the ones the CLI, the gate asset and the Dagster metadata
+# have always imported from here (they now live in report_view, wording and decide.formatting).
 __all__ = [
-    "DAGSTER_URL_ENV", "GATE_COLUMNS", "INPUTS_META", "METHOD_NAMES", "PANEL_CASE_FIELDS", "PANEL_RUN_FIELDS",
-    "PANEL_VERDICT_FIELDS", "REPORT_RUN_FIELDS", "REPORT_VALIDITY_FIELDS", "REPORTED_CASE_COLUMNS",
-    "REPORTED_REPLAY_COLUMNS", "REPORTED_RUN_COLUMNS", "REPORTED_VERDICT_COLUMNS", "call_text", "case_panel",
-    "flagged_buckets", "format_rate", "report_inputs_digest", "report_is_current", "report_path", "rule_cells",
-    "short_run_id", "stored_trial_summaries", "stored_trials", "write_html_report",
+    "DAGSTER_URL_ENV", "INPUTS_META", "REPORTED_CASE_COLUMNS", "REPORTED_REPLAY_COLUMNS", "REPORTED_RUN_COLUMNS",
+    "REPORTED_VERDICT_COLUMNS", "report_inputs_digest", "report_is_current", "report_path", "stored_trial_summaries",
+    "stored_trials", "write_html_report",
+    # re-exported for their callers
+    "GATE_COLUMNS", "METHOD_NAMES", "PANEL_CASE_FIELDS", "PANEL_VERDICT_FIELDS", "REPORT_RUN_FIELDS",
+    "REPORT_VALIDITY_FIELDS", "call_text", "case_panel", "flagged_buckets", "format_rate", "rule_cells", "short_run_id",
 ]
 
 # The webserver whose run pages the report links to, e.g. http://127.0.0.1:3000.
