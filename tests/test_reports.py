@@ -3,20 +3,26 @@ versions compared."""
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+import oloproof_pipeline.read as read
 from oloproof_pipeline.decide.paired import paired_difference_interval
+from oloproof_pipeline.model.trajectory import first_difference
+from oloproof_pipeline.read import report_view
 from oloproof_pipeline.read.compare import comparison_markdown, comparison_table, compare_criterion
+from oloproof_pipeline.read.reports import environment
 
 OLOPROOF = str(Path(sys.executable).parent / "oloproof-pipeline")
 # A fix for the desk's first flaw: with it, version 1.1.0 declines the pasted overrides.
@@ -278,3 +284,32 @@ def test_report_in_chromium_shows_the_interval_chart_and_why_a_fault_replay_fail
     assert f'href="http://dagster.example:3000/runs/{run_id}"' in dom
     assert "Transform validity" in dom and "What these results cannot tell you" in dom
     assert parser.scripts == 0  # still one offline file
+
+
+# -- the report's rooms: templates shipped, escaping kept, calls compared as the verdict does --
+
+
+def test_every_report_template_ships_as_package_data():
+    config = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    patterns = config["tool"]["setuptools"]["package-data"]["oloproof_pipeline.read"]
+    templates = Path(read.__file__).parent / "templates"
+    files = sorted(path.relative_to(templates.parent).as_posix() for path in templates.iterdir())
+    assert {"templates/report.html.j2", "templates/report.css", "templates/report.js"} <= set(files)
+    assert [name for name in files if not any(fnmatch.fnmatch(name, pattern) for pattern in patterns)] == []
+
+
+def test_report_pieces_escape_as_html_escape_does():
+    """Autoescape is on, with html.escape's entities (the report's bytes predate the templates)."""
+    macros = environment().get_template("macros.html.j2").module
+    assert str(macros.case_link("a<b>\"c'&")) == '<a href="#case-a&lt;b&gt;&quot;c&#x27;&amp;">a&lt;b&gt;&quot;c&#x27;&amp;</a>'
+    assert str(macros.outcome(None)) == '<span class=""></span>'  # None prints as nothing
+    cells = str(macros.call_cells({"tool": "<t>", "arguments": {"note": "it's \"x\""}, "result": None}))
+    assert cells == "<td>&lt;t&gt;</td><td>{&quot;note&quot;: &quot;it&#x27;s \\&quot;x\\&quot;&quot;}</td><td>null</td>"
+    assert str(macros.run_link("0a1b2c3d-4e5f")) == '<code title="0a1b2c3d-4e5f">0a1b2c3d</code>'
+
+
+def test_report_marks_the_first_difference_the_verdict_found():
+    """A pair's calls are compared as the metamorphic relation compares them: `true` is not `1`."""
+    source = [{"tool": "lookup_order", "arguments": {"id": 1}}, {"tool": "issue_refund", "arguments": {"all": True}}]
+    copy = [{"tool": "lookup_order", "arguments": {"id": 1}}, {"tool": "issue_refund", "arguments": {"all": 1}}]
+    assert first_difference(source, copy, same=report_view.same_call) == 1

@@ -56,3 +56,18 @@ def format_bound_against_bar(value: float, bar: float, relation: str) -> str:
 def _check_finite(name: str, number: float) -> None:
     if not math.isfinite(number):
         raise ValueError(f"{name} must be a finite number, got {number!r}")
+
+
+# What a rate prints as when there is none (no case judged; NaN from an empty frame).
+NO_RATE = "-"
+
+
+def format_rate(value: float | None, missing: str = NO_RATE) -> str:
+    """A rate or a bound as the CLI, the report and the Dagster metadata print it: 3 decimals,
+    `missing` for None or NaN."""
+    return missing if value is None or value != value else f"{value:.{DEFAULT_DECIMALS}f}"
+
+
+def format_interval(lower: float | None, upper: float | None, missing: str = NO_RATE) -> str:
+    """`[0.447, 0.844]`."""
+    return f"[{format_rate(lower, missing)}, {format_rate(upper, missing)}]"

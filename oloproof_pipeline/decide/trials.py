@@ -26,6 +26,7 @@ from ..model.config import Project
 from ..model.outcomes import EXCLUDED, FAIL, MISSING, PASS, STRUCTURAL_EXCLUSIONS
 from ..model.trials import FIRST_TRIAL, PASS_ALL_TRIALS, PASS_AT_ONE, TRIAL_AGGREGATES, TrialAggregate
 from ..store.tables import null_to_none
+from .formatting import format_interval, format_rate
 from .statistics import RateEvidence, RateEstimate, rate_from_outcomes
 
 # The columns of `verdicts` and `trial_verdicts` the trial rates read.
@@ -157,8 +158,7 @@ def trials_lines(summaries: list[CriterionTrials]) -> list[str]:
 
 
 def _interval(estimate: RateEstimate) -> str:
-    rate = "n/a" if estimate.estimate is None else f"{estimate.estimate:.3f}"
-    return f"{rate} [{estimate.lower:.3f}, {estimate.upper:.3f}]"
+    return f"{format_rate(estimate.estimate, missing='n/a')} {format_interval(estimate.lower, estimate.upper)}"
 
 
 def trials_markdown(summaries: list[CriterionTrials]) -> str:

@@ -19,6 +19,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from ..decide.formatting import format_interval
 from ..decide.gate import gate_from_table, gate_markdown
 from ..model.outcomes import EXCLUDED, FAIL, MISSING, OUTCOMES, STRUCTURAL_EXCLUSIONS
 from ..store.tables import GATE_NESTED, rows_from_frame
@@ -63,7 +64,7 @@ def _rule_properties(suite: ET.Element, rules: list[dict[str, Any]], version: st
     properties = ET.SubElement(suite, "properties")
     ET.SubElement(properties, "property", name="system_version", value=version)
     for rule in rules:
-        interval = "n/a" if rule["lower"] is None else f"[{rule['lower']:.3f}, {rule['upper']:.3f}]"
+        interval = "n/a" if rule["lower"] is None else format_interval(rule["lower"], rule["upper"])
         ET.SubElement(properties, "property", name=f"gate.{rule['rule_id']}", value=f"{rule['decision']} {interval}")
 
 
