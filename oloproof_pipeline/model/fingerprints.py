@@ -45,6 +45,8 @@ PRODUCERS: dict[str, tuple[str, ...]] = {
     "recordings": ("run", "toolbox.py", "model"),
     "verdicts": ("evaluators", "model"),  # the evaluator kinds and the judging engine
     "decisions": ("decide", "model"),  # slices and the gate
+    # The HTML report: its view models, charts and templates (every file, not only .py).
+    "report": ("read", "decide", "model"),
 }
 # Never part of a system's code: caches, version control, and what the pipeline writes.
 # Rows of one column hashed at a time by `frame_digest`.

@@ -212,15 +212,15 @@ def report_inputs_digest(
         "version": version,
         "format": REPORT_FORMAT,
         "dagster_url": os.environ.get(DAGSTER_URL_ENV),
-        "cases": frame_digest("report.cases", cases[REPORTED_CASE_COLUMNS]),
-        "runs": frame_digest("report.runs", None if runs is None else runs[REPORTED_RUN_COLUMNS]),
-        "replays": frame_digest("report.replays", None if replays is None else replays[REPORTED_REPLAY_COLUMNS]),
-        "gate": frame_digest("report.gate", gate),
-        "slices": frame_digest("report.slices", slices),
+        "cases": frame_digest("report.cases", cases[REPORTED_CASE_COLUMNS], producer="report"),
+        "runs": frame_digest("report.runs", None if runs is None else runs[REPORTED_RUN_COLUMNS], producer="report"),
+        "replays": frame_digest("report.replays", None if replays is None else replays[REPORTED_REPLAY_COLUMNS], producer="report"),
+        "gate": frame_digest("report.gate", gate, producer="report"),
+        "slices": frame_digest("report.slices", slices, producer="report"),
     }
     if trials is not None:  # repeated trials only: with one, the digest is as it always was
         parts["trials"] = [summary.model_dump(mode="json") for summary in trials]
-    return frame_digest("report/v1", verdicts[REPORTED_VERDICT_COLUMNS], parts)
+    return frame_digest("report/v1", verdicts[REPORTED_VERDICT_COLUMNS], parts, producer="report")
 
 
 def report_is_current(path: Path, inputs_digest: str) -> bool:
