@@ -86,6 +86,6 @@ def nightly_schedule(project: Project, versions: DynamicPartitionsDefinition, jo
         except ProjectError:
             system = None  # the run fails on the same error, readably, on the run's page
         # The system filed on the run only when it is the newest version's (else the stages resolve it).
-        return RunRequest(partition_key=newest, tags=system_tags(system) if system and system.version == newest else {})
+        return RunRequest(partition_key=newest, tags=system_tags(system) if system is not None and system.version == newest else {})
 
     return nightly

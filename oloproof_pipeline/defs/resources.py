@@ -40,7 +40,7 @@ class EvaluationProject(ConfigurableResource):
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
         # A new run reads the files again, unless its launch here has just read them.
-        self._project = _LOADED_FOR_RUN.get(context.run_id) if context.run_id is not None else None
+        self._project = _LOADED_FOR_RUN.get(context.run.run_id) if context.run is not None else None
         if context.instance is not None:
             claim_instance(Path(self.root), context.instance)  # never record into another's history
 

@@ -411,8 +411,8 @@ def read_yaml(path: Path) -> tuple[Any, yaml.Node | None]:
         loader.dispose()
 
 
-def validate_yaml_file(model: type[BaseModel], path: Path) -> BaseModel:
-    data, root_node = read_yaml(path)
+def validate_yaml(model: type[BaseModel], path: Path, data: Any, root_node: yaml.Node | None) -> BaseModel:
+    """`read_yaml`'s data as `model`; errors name the file, line and field."""
     if not isinstance(data, dict):
         raise ProjectError(f"{path}:1: expected a mapping of keys at the top level")
     try:
