@@ -27,7 +27,7 @@ from ..model.digests import canonical_json
 from ..model.fingerprints import frame_digest
 from ..model.records import RecordedRun
 from ..model.slicing import SliceSpec, parse_slice_spec
-from ..store.reuse import Reused, reuse_or_make
+from ..store.reuse import Reuse, stored_if_digest
 from ..store.stored import StoredTable
 from ..store.tables import SLICES_SCHEMA, frame_from_rows, null_to_none, rows_from_frame
 from .statistics import benjamini_yekutieli, exact_rate
@@ -250,23 +250,20 @@ def slices_inputs_digest(project: Project, verdicts: pd.DataFrame) -> str:
 
 def slices_of_version(
     project: Project, stored: dict[str, StoredTable], version: str, *, run_id: str
-) -> tuple[Reused, list[SliceRow]]:
-    """The version's slices from its stored verdicts and recordings (`stored` as
-    `store.reuse.stored_tables` gives them), computed again only when their inputs changed."""
+) -> tuple[pd.DataFrame, list[SliceRow], Reuse]:
+    """The version's slices table and rows from its stored verdicts and recordings (`stored`
+    as `store.reuse.stored_tables` gives them), computed again only when their inputs changed;
+    with the reuse (whether, and why not)."""
     sliced = stored["verdicts"].columns(*SLICED_VERDICT_COLUMNS)
     inputs_digest = slices_inputs_digest(project, sliced)
-    computed: list[list[SliceRow]] = []
-
-    def compute() -> pd.DataFrame:
-        facts = facts_from_tables(stored["cases"].columns("case_id", "metadata"), stored["recorded_runs"].columns("case_id", "trajectory"))
-        computed.append(project_slices_of(project, sliced, facts))
-        return slice_table(computed[0], version=version, sliced_by_run=run_id, inputs_digest=inputs_digest)
-
-    table = reuse_or_make(
-        stored["slices"], inputs_digest, compute,
-        table="slices", made="slices computed", again_because="their verdicts or settings changed",
+    reuse = stored_if_digest(
+        stored["slices"], inputs_digest, table="slices", made="slices computed", again_because="their verdicts or settings changed"
     )
-    return table, computed[0] if computed else slices_from_table(table.frame)
+    if reuse.frame is not None:
+        return reuse.frame, slices_from_table(reuse.frame), reuse
+    facts = facts_from_tables(stored["cases"].columns("case_id", "metadata"), stored["recorded_runs"].columns("case_id", "trajectory"))
+    rows = project_slices_of(project, sliced, facts)
+    return slice_table(rows, version=version, sliced_by_run=run_id, inputs_digest=inputs_digest), rows, reuse
 
 
 def slices_from_table(frame: pd.DataFrame) -> list[SliceRow]:

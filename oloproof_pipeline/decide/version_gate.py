@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 
 from ..model.config import Project
-from ..store.reuse import Reused, reuse_or_make
+from ..store.reuse import stored_if_digest
 from ..store.stored import StoredTable
 from .certification import decide_certified_gate, exclude_uncertified
 from .gate import (
@@ -27,11 +27,13 @@ from .trials import CriterionTrials, project_trial_summaries
 
 @dataclass(frozen=True)
 class VersionGate:
-    """A version's gate: its table (stored or decided now), the decision it holds, and the
-    trial summaries decided alongside (None with one trial)."""
+    """A version's gate: its table (stored or decided now), the decision it holds, whether
+    it was reused and why not, and the trial summaries decided alongside (None with one trial)."""
 
-    table: Reused
+    frame: pd.DataFrame
     decision: GateDecision
+    reused: bool
+    reasons: list[str]
     trials: list[CriterionTrials] | None
 
 
@@ -54,19 +56,18 @@ def gate_of_version(
     inputs_digest = gate_inputs_digest(
         project, gated if flags is None else exclude_uncertified(gated, flags)[0], validity, later_trials
     )
-    decided: list[GateDecision] = []
-
-    def decide() -> pd.DataFrame:
+    stored_gate = stored_if_digest(
+        stored["gate"], inputs_digest, table="gate", made="gate decided", again_because="its verdicts, labels or release policy changed"
+    )
+    if stored_gate.frame is not None:
+        frame, decision = stored_gate.frame, gate_from_table(stored_gate.frame)
+    else:
         decision = (
             decide_release_gate(project, gated, validity, later_trials) if flags is None
             else decide_certified_gate(project, gated, validity, flags, later_trials)
         )
-        decided.append(decision)
-        return gate_table(decision, version=version, judged_by_run=run_id, inputs_digest=inputs_digest)
-
-    table = reuse_or_make(
-        stored["gate"], inputs_digest, decide,
-        table="gate", made="gate decided", again_because="its verdicts, labels or release policy changed",
+        frame = gate_table(decision, version=version, judged_by_run=run_id, inputs_digest=inputs_digest)
+    return VersionGate(
+        frame=frame, decision=decision, reused=stored_gate.reused, reasons=stored_gate.reasons,
+        trials=project_trial_summaries(project, gated, later_trials),
     )
-    decision = decided[0] if decided else gate_from_table(table.frame)
-    return VersionGate(table=table, decision=decision, trials=project_trial_summaries(project, gated, later_trials))

@@ -16,7 +16,7 @@ from ..model.config import Project
 from ..read.results import outcome_counts
 from ..store import tables
 from ..store.layout import output_dir
-from ..store.reuse import Reused
+from ..store.reuse import Reuse
 from ..store.tables import model_usage_totals, rows_from_frame
 from .metadata import file_link, outcomes_table, rule_numbers, rules_summary, value_counts
 
@@ -94,15 +94,15 @@ def verdict_metadata(project: Project, frame: pd.DataFrame, summary, trial_frame
 def gate_metadata(
     project_root: Path, gate: VersionGate, report: Path, report_written: bool, flags: list[dict[str, Any]] | None
 ) -> dict:
-    frame = gate.table.frame
+    frame = gate.frame
     rules = rows_from_frame(frame, tables.GATE_NESTED)
-    reasons = gate.table.reasons + (["report written: what it shows changed"] if report_written else [])
+    reasons = gate.reasons + (["report written: what it shows changed"] if report_written else [])
     return {
         "rules": rules_summary(rules),
         "decision": gate.decision.decision,
         "report": file_link(report, output_dir(project_root)),
         "dagster/row_count": len(frame),
-        "gate_reused": gate.table.reused,
+        "gate_reused": gate.reused,
         **({} if flags is None else {"uncertified_cases_excluded": len({flag["case_id"] for flag in flags})}),
         **why(reasons),
         **rule_numbers(rules),
@@ -110,11 +110,11 @@ def gate_metadata(
     }
 
 
-def slices_metadata(table: Reused, rows: list[SliceRow]) -> dict:
+def slices_metadata(frame: pd.DataFrame, rows: list[SliceRow], reuse: Reuse) -> dict:
     return {
-        "dagster/row_count": len(table.frame),
-        "slices_reused": table.reused,
-        **why(table.reasons),
+        "dagster/row_count": len(frame),
+        "slices_reused": reuse.reused,
+        **why(reuse.reasons),
         "slices": MetadataValue.md(slices_markdown(rows)),
         "buckets_marked_different": sum(bool(row.differs) for row in rows),
     }

@@ -233,12 +233,12 @@ def build_assets(
         # The report is written here, not downstream: with the blocking variant of the gate
         # check a BLOCK skips anything after the gate, and a blocked release is when the report
         # is read most.
-        report, written = write_version_report(loaded, stored, version, decided.table.frame, decided.trials)
+        report, written = write_version_report(loaded, stored, version, decided.frame, decided.trials)
         context.log.info(gate_log_line(version, decided.decision))
         # The decision is known only now, so it is tagged here, whoever launched the run.
         context.instance.add_run_tags(context.run.run_id, {GATE_TAG: decided.decision.decision})
         context.add_output_metadata(gate_metadata(loaded.root, decided, report, written, flags))
-        return decided.table.frame
+        return decided.frame
 
     @asset(
         **per_version,
@@ -249,9 +249,9 @@ def build_assets(
     )
     def slices(context: AssetExecutionContext, evaluation_project: EvaluationProject) -> pd.DataFrame:
         loaded, version = evaluation_project.load(), context.partition_key
-        table, rows = slices_of_version(loaded, stored_tables(loaded, version), version, run_id=context.run.run_id)
-        context.add_output_metadata(slices_metadata(table, rows))
-        return table.frame
+        frame, rows, reuse = slices_of_version(loaded, stored_tables(loaded, version), version, run_id=context.run.run_id)
+        context.add_output_metadata(slices_metadata(frame, rows, reuse))
+        return frame
 
     @asset(
         **common,

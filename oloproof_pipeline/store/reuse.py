@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import pandas as pd
 
@@ -49,22 +48,23 @@ def reuse_if_digest(stored: pd.DataFrame | None, inputs_digest: str) -> pd.DataF
 
 
 @dataclass(frozen=True)
-class Reused:
-    """A stage's table, stored or made now, and why it was made (nothing when reused)."""
+class Reuse:
+    """A stage's stored table when made from the same inputs (`frame`), else None and why it
+    is made now: the one skeleton of the slices' and the gate's reuse."""
 
-    frame: pd.DataFrame
-    reused: bool
+    frame: pd.DataFrame | None
     reasons: list[str] = field(default_factory=list)
 
+    @property
+    def reused(self) -> bool:
+        return self.frame is not None
 
-def reuse_or_make(
-    stored: StoredTable, inputs_digest: str, make: Callable[[], pd.DataFrame], *, table: str, made: str, again_because: str
-) -> Reused:
-    """The stored table when made from `inputs_digest`, else `make()`'s, with the reason:
+
+def stored_if_digest(stored: StoredTable, inputs_digest: str, *, table: str, made: str, again_because: str) -> Reuse:
+    """The stored table when every row was made from `inputs_digest`, else why it is made:
     `<made>: first <table> of this version` or `<made> again: <again_because>`."""
     before = previous(stored, made)
     frame = reuse_if_digest(before, inputs_digest)
     if frame is not None:
-        return Reused(frame, reused=True)
-    reason = f"{made}: first {table} of this version" if before is None else f"{made} again: {again_because}"
-    return Reused(make(), reused=False, reasons=[reason])
+        return Reuse(frame)
+    return Reuse(None, [f"{made}: first {table} of this version" if before is None else f"{made} again: {again_because}"])
