@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import yaml
+
 from .evaluators import build_evaluators
 from .evaluators.metamorphic_relation import MetamorphicRelation
-from .model.config import PROJECT_FILE, RELEASE_FILE, Project, ProjectConfig, ReleasePolicy, read_yaml, validate_yaml_file
+from .model.config import PROJECT_FILE, RELEASE_FILE, Project, ProjectConfig, ReleasePolicy, read_yaml, validate_yaml
 from .model.errors import ProjectError, yaml_line
 from .model.trials import PASS_ALL_TRIALS, PASS_AT_ONE, split_trial_metric
 
@@ -18,19 +20,21 @@ def load_project(root: Path | str) -> Project:
     root = Path(root).resolve()
     if not root.is_dir():
         raise ProjectError(f"{root}: no such project folder")
+    # Each file is read once: its node tree gives the line numbers of later errors.
     config_path = root / PROJECT_FILE
-    config = validate_yaml_file(ProjectConfig, config_path)
+    config_data, config_root = read_yaml(config_path)
+    config = validate_yaml(ProjectConfig, config_path, config_data, config_root)
     release_path = root / RELEASE_FILE
-    release = validate_yaml_file(ReleasePolicy, release_path) if release_path.exists() else ReleasePolicy.ungated()
-    _, config_root = read_yaml(config_path)
+    release_data, release_root = read_yaml(release_path) if release_path.exists() else (None, None)
+    release = validate_yaml(ReleasePolicy, release_path, release_data, release_root) if release_path.exists() else ReleasePolicy.ungated()
     evaluators = build_evaluators(config.evaluators, file=config_path, yaml_root=config_root)
     project = Project(root=root, config=config, release=release, evaluators=evaluators)
-    _check_rules_name_criteria(project, release_path)
-    _check_relations_name_transforms(project)
+    _check_rules_name_criteria(project, release_path, release_root)
+    _check_relations_name_transforms(project, config_root)
     return project
 
 
-def _check_rules_name_criteria(project: Project, release_path: Path) -> None:
+def _check_rules_name_criteria(project: Project, release_path: Path, release_root: yaml.Node | None) -> None:
     criteria = project.criteria()
     seen: dict[str, int] = {}
     for index, criterion in enumerate(criteria):
@@ -42,7 +46,6 @@ def _check_rules_name_criteria(project: Project, release_path: Path) -> None:
         seen[criterion] = index
     if not project.release.rules:
         return
-    _, release_root = read_yaml(release_path)
     problems = []
     for index, rule in enumerate(project.release.rules):
         _, criterion = split_trial_metric(rule.metric)
@@ -56,15 +59,14 @@ def _check_rules_name_criteria(project: Project, release_path: Path) -> None:
         raise ProjectError(problems)
 
 
-def _check_relations_name_transforms(project: Project) -> None:
+def _check_relations_name_transforms(project: Project, config_root: yaml.Node | None) -> None:
     """Every metamorphic relation must name a transform of `metamorphic.transforms`."""
     names = [transform.name for transform in project.config.metamorphic.transforms]
     config_path = project.root / PROJECT_FILE
     problems = []
     for index, relation in enumerate(project.evaluators):
         if isinstance(relation, MetamorphicRelation) and relation.config.transform not in (None, *names):
-            _, root_node = read_yaml(config_path)
-            line = yaml_line(root_node, ("evaluators", index, "transform"))
+            line = yaml_line(config_root, ("evaluators", index, "transform"))
             problems.append(
                 f"{config_path}:{line}: evaluators[{index}].transform: {relation.config.transform!r} is not a "
                 f"transform of metamorphic.transforms (transforms: {', '.join(names) or 'none'})"

@@ -98,23 +98,6 @@ def test_max_rule_boundaries():
     assert straddling.suite_size_to_decide is not None and straddling.suite_size_to_decide > 100
 
 
-# release.yaml refuses a rule with both bars, as Oloproof does; the gate still decides one built in code.
-RANGE_RULE = RuleConfig.model_construct(id="calibrated", metric="abstain", min=0.1, max=0.3)
-
-
-def test_range_rule_needs_both_bars():
-    rule = RANGE_RULE
-    assert decide_rule(rule, _estimate(0.12, 0.28)).decision == "PASS"
-    straddling = decide_rule(rule, _estimate(0.25, 0.4))  # min cleared, max straddled
-    assert straddling.decision == "INSUFFICIENT_EVIDENCE"
-    assert [reason.split(";")[0] for reason in straddling.reasons] == ["interval_straddles_bar: upper 0.400 > max 0.3"]
-    failed = decide_rule(rule, _estimate(0.31, 0.4))  # min cleared, max missed
-    assert failed.decision == "FAIL" and failed.reasons == ["lower 0.310 > max 0.3"]
-    assert decide_rule(rule, _estimate(0.02, 0.08)).decision == "FAIL"
-    decision = decide_rule(rule, _estimate(0.12, 0.28))
-    assert (decision.bar_kind, decision.bar, decision.bar_min, decision.bar_max) == ("range", None, 0.1, 0.3)
-
-
 # -- precedence ----------------------------------------------------------------------------
 
 
@@ -276,15 +259,6 @@ def test_reported_suite_size_decides_with_80_percent_over_a_grid():
         assert at_size >= 0.8 > below, (passed, failed, bar, size, at_size, below)
         lines.append(f"{f'{passed}/{failed}/{missing}':>22} {kind + ' ' + str(bar):>8} {rate:6.3f} {direction:>7} {size:6d} {at_size:6.3f} {below:6.3f}")
     print("\n".join(lines))
-
-
-def test_a_range_rule_heading_for_fail_on_one_bar_needs_only_that_bar():
-    rule = RANGE_RULE
-    estimate = exact_rate(2, 3)  # 0.4 over 5, [0.053, 0.853]: above max (FAIL) and min (PASS), both straddled
-    decision = decide_rule(rule, estimate)
-    sizes = {kind: _reported(decide_rule(_bar_rule(kind, bar), estimate)) for kind, bar in (("min", 0.1), ("max", 0.3))}
-    assert sizes["max"][1] == "FAIL" and sizes["min"][1] == "PASS"
-    assert decision.suite_size_to_decide == sizes["max"][0]  # one failed bar fails the rule
 
 
 # Clustered metrics: the gate's interval is Clopper-Pearson at the effective number of

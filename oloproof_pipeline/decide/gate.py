@@ -52,8 +52,9 @@ class RuleDecision(BaseModel):
     excluded: int
     reasons: list[str]
     suite_size_to_decide: int | None = None
-    bar_kind: Literal["min", "max", "range"]
-    bar: float | None  # the rule's one bar; None for a range (see bar_min and bar_max)
+    bar_kind: Literal["min", "max"]
+    bar: float  # the rule's one bar (release.yaml refuses a rule with both)
+    # The bar again under its kind, the other None: the stored gate's columns.
     bar_min: float | None = None
     bar_max: float | None = None
 
@@ -111,38 +112,16 @@ def _suite_size_text(estimate: RateEstimate, bar: float, size: int | None, direc
     )
 
 
-def _bars(rule: RuleConfig) -> list[tuple[float, BarKind]]:
-    bars: list[tuple[float, BarKind]] = []
-    if rule.min is not None:
-        bars.append((rule.min, "min"))
-    if rule.max is not None:
-        bars.append((rule.max, "max"))
-    return bars
+def _bar(rule: RuleConfig) -> tuple[float, BarKind]:
+    """The rule's one bar: release.yaml takes 'min' or 'max', never both."""
+    return (rule.min, "min") if rule.min is not None else (rule.max, "max")
 
 
 def _judge_interval(rule: RuleConfig, estimate: RateEstimate, confidence: float) -> tuple[RuleOutcome, list[str], int | None]:
-    """Every bar of the rule must be cleared: FAIL if any fails, PASS only if all pass."""
-    judged = [_judge_bar(estimate, bar, kind, confidence) for bar, kind in _bars(rule)]
-    decisions = [decision for decision, _, _ in judged]
-    if FAIL in decisions:
-        return FAIL, [reason for decision, reason, _ in judged if decision == FAIL], None
-    if all(decision == PASS for decision in decisions):
-        return PASS, [reason for _, reason, _ in judged], None
-    straddling = [(reason, size) for decision, reason, size in judged if decision == INSUFFICIENT_EVIDENCE]
-    return INSUFFICIENT_EVIDENCE, [reason for reason, _ in straddling], _rule_suite_size([size for _, size in straddling])
-
-
-def _rule_suite_size(sizes: list[SuiteSize]) -> int | None:
-    """One size for the rule from its straddled bars. A bar heading for FAIL decides the rule
-    alone (any failed bar fails it), so the smallest such size; a PASS needs every bar, so
-    the largest, and none if some bar has none."""
-    failing = [size for size, direction in sizes if direction == FAIL and size is not None]
-    if failing:
-        return min(failing)
-    if any(direction == FAIL for _, direction in sizes):
-        return None
-    counts = [size for size, _ in sizes]
-    return None if None in counts else max(counts)
+    """The interval against the rule's bar: the suite size only when it straddles the bar."""
+    bar, kind = _bar(rule)
+    decision, reason, (size, _) = _judge_bar(estimate, bar, kind, confidence)
+    return decision, [reason], size
 
 
 def _blocking_decision(estimate: RateEstimate, blocking_reasons: list[BlockingReason]) -> tuple[RuleOutcome | None, list[str]]:
@@ -162,11 +141,8 @@ def _blocking_decision(estimate: RateEstimate, blocking_reasons: list[BlockingRe
 
 
 def _bar_fields(rule: RuleConfig) -> dict:
-    if rule.min is not None and rule.max is not None:
-        return {"bar_kind": "range", "bar": None, "bar_min": rule.min, "bar_max": rule.max}
-    if rule.min is not None:
-        return {"bar_kind": "min", "bar": rule.min, "bar_min": rule.min, "bar_max": None}
-    return {"bar_kind": "max", "bar": rule.max, "bar_min": None, "bar_max": rule.max}
+    bar, kind = _bar(rule)
+    return {"bar_kind": kind, "bar": bar, "bar_min": bar if kind == "min" else None, "bar_max": bar if kind == "max" else None}
 
 
 def decide_rule(
@@ -296,13 +272,6 @@ def gate_inputs_digest(
     if trial_verdicts is not None:
         settings["trials"] = frame_digest("trials/v1", trial_verdicts[GATED_TRIAL_COLUMNS], producer="decisions")
     return frame_digest("gate/v1", verdicts[GATED_VERDICT_COLUMNS], settings, producer="decisions")
-
-
-def reusable_gate(stored: pd.DataFrame | None, inputs_digest: str) -> pd.DataFrame | None:
-    """The stored gate when decided from the same inputs (None: decide it)."""
-    if stored is None or "inputs_digest" not in stored.columns or len(stored) == 0:
-        return None
-    return stored if (stored["inputs_digest"] == inputs_digest).all() else None
 
 
 def gate_from_table(frame: pd.DataFrame) -> GateDecision:

@@ -27,6 +27,8 @@ from ..model.digests import canonical_json
 from ..model.fingerprints import frame_digest
 from ..model.records import RecordedRun
 from ..model.slicing import SliceSpec, parse_slice_spec
+from ..store.reuse import Reuse, stored_if_digest
+from ..store.stored import StoredTable
 from ..store.tables import SLICES_SCHEMA, frame_from_rows, null_to_none, rows_from_frame
 from .statistics import benjamini_yekutieli, exact_rate
 
@@ -246,11 +248,22 @@ def slices_inputs_digest(project: Project, verdicts: pd.DataFrame) -> str:
     return frame_digest("slices/v1", verdicts[SLICED_VERDICT_COLUMNS], settings, producer="decisions")
 
 
-def reusable_slices(stored: pd.DataFrame | None, inputs_digest: str) -> pd.DataFrame | None:
-    """The stored slices when computed from the same inputs (None: compute them)."""
-    if stored is None or "inputs_digest" not in stored.columns or len(stored) == 0:
-        return None
-    return stored if (stored["inputs_digest"] == inputs_digest).all() else None
+def slices_of_version(
+    project: Project, stored: dict[str, StoredTable], version: str, *, run_id: str
+) -> tuple[pd.DataFrame, list[SliceRow], Reuse]:
+    """The version's slices table and rows from its stored verdicts and recordings (`stored`
+    as `store.reuse.stored_tables` gives them), computed again only when their inputs changed;
+    with the reuse (whether, and why not)."""
+    sliced = stored["verdicts"].columns(*SLICED_VERDICT_COLUMNS)
+    inputs_digest = slices_inputs_digest(project, sliced)
+    reuse = stored_if_digest(
+        stored["slices"], inputs_digest, table="slices", made="slices computed", again_because="their verdicts or settings changed"
+    )
+    if reuse.frame is not None:
+        return reuse.frame, slices_from_table(reuse.frame), reuse
+    facts = facts_from_tables(stored["cases"].columns("case_id", "metadata"), stored["recorded_runs"].columns("case_id", "trajectory"))
+    rows = project_slices_of(project, sliced, facts)
+    return slice_table(rows, version=version, sliced_by_run=run_id, inputs_digest=inputs_digest), rows, reuse
 
 
 def slices_from_table(frame: pd.DataFrame) -> list[SliceRow]:

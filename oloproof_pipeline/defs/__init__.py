@@ -40,11 +40,12 @@ def versions_partitions(project: Project) -> DynamicPartitionsDefinition:
     return DynamicPartitionsDefinition(name=f"{project.dagster_name}_versions")
 
 
-def build_definitions(project_dir: str | Path, *, stop_downstream_on_block: bool = False) -> Definitions:
+def build_definitions(project_dir: str | Path | Project, *, stop_downstream_on_block: bool = False) -> Definitions:
     """The project's code location. A BLOCK is a successful evaluation: the gate check fails
     but the run stays green. With `stop_downstream_on_block=True` the gate check is blocking,
-    so a BLOCK fails the run and skips every asset you add downstream of the gate."""
-    project = load_project(project_dir)
+    so a BLOCK fails the run and skips every asset you add downstream of the gate. A launch
+    that has just loaded the project passes it, so it is not loaded again."""
+    project = project_dir if isinstance(project_dir, Project) else load_project(project_dir)
     versions = versions_partitions(project)
     assets, checks = build_assets(project, versions, stop_downstream_on_block=stop_downstream_on_block)
     comparison = AssetSelection.assets(AssetKey([project.dagster_name, "version_comparison"]))

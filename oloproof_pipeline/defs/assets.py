@@ -1,4 +1,5 @@
-"""The asset graph for one evaluation project. Each body calls the core and adds metadata.
+"""The asset graph for one evaluation project. Each body calls the core and adds metadata
+(built in `asset_metadata.py`).
 
 No `from __future__ import annotations` here: Dagster reads the `context` annotation at runtime.
 """
@@ -17,82 +18,43 @@ from dagster import (
     asset_check,
 )
 
-from ..model.outcomes import ALLOW, BLOCK, PASS
-from ..decide.certification import decide_certified_gate, exclude_uncertified
-from ..decide.validity import transform_validity, validity_markdown
-from ..decide.trials import project_trial_summaries, trials_markdown
-from ..decide.gate import (
-    GATED_TRIAL_COLUMNS,
-    GATED_VERDICT_COLUMNS,
-    VALIDITY_COLUMNS,
-    decide_release_gate,
-    gate_from_table,
-    gate_inputs_digest,
-    gate_table,
-    reusable_gate,
-)
-from ..decide.slices import (
-    SLICED_VERDICT_COLUMNS,
-    facts_from_tables,
-    project_slices_of,
-    reusable_slices,
-    slice_table,
-    slices_from_table,
-    slices_inputs_digest,
-    slices_markdown,
-)
+from ..decide.slices import slices_of_version
+from ..decide.validity import transform_validity
+from ..decide.version_gate import gate_of_version
 from ..evaluators.judging import judge_verdict_table
 from ..evaluators.trials import judge_trial_table
 from ..model.cases import load_cases
 from ..model.config import Project
 from ..model.errors import ProjectError
 from ..model.fingerprints import code_versions, copies_inputs_digest
+from ..model.outcomes import ALLOW, BLOCK, PASS
 from ..model.transforms import derive_cases
 from ..read import compare as comparison
-from ..read.reports import (
-    PANEL_CASE_FIELDS,
-    PANEL_VERDICT_FIELDS,
-    REPORT_RUN_FIELDS,
-    REPORT_VALIDITY_FIELDS,
-    REPORTED_CASE_COLUMNS,
-    REPORTED_REPLAY_COLUMNS,
-    REPORTED_RUN_COLUMNS,
-    REPORTED_VERDICT_COLUMNS,
-    report_inputs_digest,
-    report_is_current,
-    report_path,
-    write_html_report,
-)
-from ..read.results import load_results, outcome_counts, replay_rows, results_from_tables
+from ..read.results import load_results
+from ..read.version_report import write_version_report
 from ..run.certification import certify_cases, flagged_rows
 from ..run.recording import record_case_table
-from ..run.trials import record_trial_table
 from ..run.replaying import replay_fault_table
+from ..run.system import SYSTEM_TAG, ResolvedSystem
+from ..run.trials import record_trial_table
 from ..store import tables
-from ..store.layout import output_dir
+from ..store.reuse import previous_at, reuse_if_digest, stored_tables
 from ..store.stored import StoredTable
-from ..store.tables import model_usage_totals, reusable_copies, rows_from_frame
-from .metadata import (
-    GATE_TAG,
-    ProgressLog,
-    file_link,
-    gate_log_line,
-    outcomes_table,
-    rule_numbers,
-    rules_summary,
-    rules_table,
-    value_counts,
+from ..store.tables import rows_from_frame
+from .asset_metadata import (
+    certification_metadata,
+    copies_metadata,
+    gate_metadata,
+    recording_metadata,
+    replay_metadata,
+    slices_metadata,
+    verdict_metadata,
 )
+from .metadata import GATE_TAG, ProgressLog, gate_log_line, rules_table
 from .resources import ComparisonConfig, EvaluationProject, RecordingConfig, SandboxCluster
 
 IO_MANAGER_KEY = "oloproof_parquet"
-# The per-version tables the assets read back from storage (by column, see `StoredTable`).
-PER_VERSION_TABLES = ("recorded_runs", "fault_replays", "verdicts", "slices", "gate", "trial_runs", "trial_verdicts")
-
-
-def why(reasons: list[str]) -> dict:
-    """Why anything ran again: one line per reason (`oloproof run` prints them too)."""
-    return {"why": MetadataValue.json(reasons)}
+CERTIFICATION = "case_certification"
 
 
 def progress_step(total: int) -> int:
@@ -100,76 +62,28 @@ def progress_step(total: int) -> int:
     return max(10, total // 20)
 
 
-def stored_tables(project: Project, version: str | None = None) -> dict[str, StoredTable]:
-    """The project's stored tables as the assets read them: by column, as needed. `cases` is
-    the sources and their copies stacked."""
-    found = {"cases": StoredTable.at(project.root, "cases", "derived_cases"), "derived_cases": StoredTable.at(project.root, "derived_cases")}
-    if version is not None:
-        found.update({name: StoredTable.at(project.root, name, partition=version) for name in PER_VERSION_TABLES})
-    return found
-
-
-def previous(table: StoredTable, what: str) -> pd.DataFrame | None:
-    """A stage's own stored output, to reuse: none when there is none or it cannot be read
-    (a warning says so, and the stage computes it again)."""
-    table = table.readable(f"{what} again")
-    return table.whole() if table.exists else None
-
-
-def write_report(
-    project: Project, stored: dict[str, StoredTable], version: str, gate: pd.DataFrame, trials: list | None = None
-) -> tuple:
-    """The version's HTML report, written again only when what it shows changed: (path, written)."""
-    runs, replays, verdicts = stored["recorded_runs"], stored["fault_replays"], stored["verdicts"]
-    slices = previous(stored["slices"], "slices read")
-    inputs_digest = report_inputs_digest(
-        project.name, version, cases=stored["cases"].columns(*REPORTED_CASE_COLUMNS),
-        runs=runs.columns(*REPORTED_RUN_COLUMNS) if runs.exists else None,
-        replays=replays.columns(*REPORTED_REPLAY_COLUMNS) if replays.exists else None,
-        verdicts=verdicts.columns(*REPORTED_VERDICT_COLUMNS), gate=gate, slices=slices, trials=trials,
-    )
-    path = report_path(project.root, version)
-    if report_is_current(path, inputs_digest):
-        return path, False
-    results = results_from_tables(  # only the columns a report shows are read
-        version, cases=stored["cases"].columns(*PANEL_CASE_FIELDS, *REPORT_VALIDITY_FIELDS), derived_cases=None,
-        recorded_runs=runs.columns(*REPORT_RUN_FIELDS) if runs.exists else None,
-        verdicts=verdicts.columns(*PANEL_VERDICT_FIELDS), gate=gate, slices=slices,
-    )
-    replay_table = replays.whole(tables.FAULT_REPLAYS_SCHEMA) if replays.exists else None
-    report = write_html_report(
-        project.root, results, project.name, replays=replay_rows(replay_table), inputs_digest=inputs_digest, trials=trials
-    )
-    return report, True
-
-
-def trial_metadata(project: Project, trial_frame: pd.DataFrame | None, counts: dict) -> dict:
-    """The number of trials and the counts of trials 2..k (nothing with one trial)."""
-    if trial_frame is None:
-        return {}
-    return {"trials": project.config.execution.trials, **counts, "trial_rows": len(trial_frame)}
-
-
-def stored_trial_verdicts(project: Project, table: StoredTable) -> pd.DataFrame | None:
-    """The verdicts of trials 2..k the gate reads (None with one trial)."""
-    if project.config.execution.trials == 1:
+def system_of_run(context: AssetExecutionContext) -> ResolvedSystem | None:
+    """The system the launch resolved, filed on the run (`SYSTEM_TAG`), when it is of this
+    partition's version; None when the run carries none (the stage resolves it then)."""
+    text = context.run.tags.get(SYSTEM_TAG)
+    if text is None:
         return None
-    table = table.readable("the gate is decided from trial 1 alone")
-    return table.columns(*GATED_TRIAL_COLUMNS) if table.exists else None
+    try:
+        system = ResolvedSystem.from_tag(text)
+    except (ValueError, TypeError):  # a tag edited by hand: as good as none
+        return None
+    return system if system.version == context.partition_key else None
 
 
-def trials_metadata(trials: list) -> dict:
-    """pass^k, pass@1 and the flaky cases per criterion, small enough for the asset's page."""
-    return {
-        "trials_summary": MetadataValue.md(trials_markdown(trials)),
-        "flaky_cases": MetadataValue.json({
-            each.criterion: {"count": each.flaky_cases, "flips": {case.case_id: case.flips for case in each.flaky}}
-            for each in trials if each.flaky_cases
-        }),
-    }
-
-
-CERTIFICATION = "case_certification"
+def derived_copies(project: Project, cases: pd.DataFrame) -> tuple[pd.DataFrame, list | None]:
+    """The cases' metamorphic copies: the stored ones when made from these inputs (no label
+    summaries then), else derived now with the labels' summaries."""
+    inputs_digest = copies_inputs_digest(project, cases)
+    frame = reuse_if_digest(previous_at(project.root, "derived_cases", "copies derived"), inputs_digest)
+    if frame is not None:
+        return frame, None
+    derived = derive_cases(project, tables.cases_from_table(cases))
+    return tables.derived_case_table(derived.copies, inputs_digest=inputs_digest), derived.label_summaries
 
 
 def certification_code_version(code_version: dict[str, str]) -> str:
@@ -187,18 +101,6 @@ def certification_flags(project: Project) -> list[dict] | None:
             f"{project.release_path}: require_certified_cases: no case certification is stored; run `oloproof certify` first"
         )
     return flagged_rows(certification.whole())
-
-
-def flags_markdown(rows: list[dict]) -> str:
-    """The flagged cases as a Markdown table (case, flag, criterion, reason)."""
-    if not rows:
-        return "No case flagged."
-    lines = ["| case | flag | criterion | reason |", "| --- | --- | --- | --- |"]
-    lines += [
-        f"| {row['case_id']} | {row['flag']} | {row['criterion'] or 'every criterion'} | {row['reason'].replace('|', '/')} |"
-        for row in rows
-    ]
-    return "\n".join(lines)
 
 
 def sandbox_pool(project: Project) -> str:
@@ -240,25 +142,8 @@ def build_assets(
     def derived_cases(
         context: AssetExecutionContext, evaluation_project: EvaluationProject, cases: pd.DataFrame
     ) -> pd.DataFrame:
-        loaded = evaluation_project.load()
-        inputs_digest = copies_inputs_digest(loaded, cases)
-        frame = reusable_copies(previous(StoredTable.at(loaded.root, "derived_cases"), "copies derived"), inputs_digest)
-        labels = {}
-        if frame is None:
-            derived = derive_cases(loaded, tables.cases_from_table(cases))
-            frame = tables.derived_case_table(derived.copies, inputs_digest=inputs_digest)
-            labels = {"labels": MetadataValue.json([summary.model_dump() for summary in derived.label_summaries])}
-        validity = transform_validity(frame)
-        context.add_output_metadata(
-            {
-                "dagster/row_count": len(frame),
-                "copies_reused": not labels,
-                "validity": MetadataValue.md(validity_markdown(validity)),
-                "validity_by_transform": MetadataValue.json({name: item.model_dump() for name, item in validity.items()}),
-                **labels,
-                "transforms_not_checked": ", ".join(name for name, item in validity.items() if not item.checked) or "none",
-            }
-        )
+        frame, label_summaries = derived_copies(evaluation_project.load(), cases)
+        context.add_output_metadata(copies_metadata(frame, transform_validity(frame), label_summaries))
         return frame
 
     @asset(
@@ -278,27 +163,13 @@ def build_assets(
         loaded = evaluation_project.load()
         cases = stored_tables(loaded)["cases"]
         progress = ProgressLog(context.log, "recorded", len(cases), every=progress_step(len(cases)))
+        run = {"version": context.partition_key, "run_id": context.run.run_id, "fresh": config.fresh,
+               "on_recorded": progress.step, "system": system_of_run(context)}
         with sandbox_cluster.sandboxes(loaded.config.execution) as sandboxes:
-            frame, summary = record_case_table(
-                loaded, cases, version=context.partition_key, run_id=context.run.run_id, fresh=config.fresh,
-                on_recorded=progress.step, sandboxes=sandboxes,
-            )
-            trial_frame, trial_summary = record_trial_table(
-                loaded, cases, version=context.partition_key, run_id=context.run.run_id, fresh=config.fresh,
-                on_recorded=progress.step, sandboxes=sandboxes,
-            )
+            frame, summary = record_case_table(loaded, cases, **run, sandboxes=sandboxes)
+            trial_frame, trial_summary = record_trial_table(loaded, cases, **run, sandboxes=sandboxes)
         context.log.info(f"recorded {summary.new} cases, reused {summary.reused}, {summary.failed} failed")
-        context.add_output_metadata(
-            {
-                "dagster/row_count": len(frame),
-                **summary.as_metadata(),
-                **why(summary.reasons() + trial_summary.reasons("trial recording")),
-                "status": MetadataValue.json(value_counts(frame, "status")),
-                **trial_metadata(loaded, trial_frame, trial_summary.as_metadata("trial_runs")),
-                # A chat agent's cost for the version: model calls, tokens, latency (summed).
-                **model_usage_totals(frame),
-            }
-        )
+        context.add_output_metadata(recording_metadata(loaded, frame, summary, trial_frame, trial_summary))
         return frame
 
     @asset(
@@ -319,17 +190,10 @@ def build_assets(
         with sandbox_cluster.sandboxes(loaded.config.execution) as sandboxes:
             frame, summary = replay_fault_table(
                 loaded, stored["cases"], stored["recorded_runs"], version=context.partition_key,
-                run_id=context.run.run_id, sandboxes=sandboxes,
+                run_id=context.run.run_id, sandboxes=sandboxes, system=system_of_run(context),
             )
         context.log.info(f"replayed {summary.new} cases, reused {summary.reused}, {summary.failed} failed")
-        context.add_output_metadata(
-            {
-                "dagster/row_count": len(frame),
-                **summary.as_metadata(),
-                **why(summary.reasons()),
-                "outcome_counts": MetadataValue.json(outcome_counts(frame)),
-            }
-        )
+        context.add_output_metadata(replay_metadata(frame, summary))
         return frame
 
     @asset(
@@ -351,18 +215,7 @@ def build_assets(
             loaded, stored["cases"], stored["trial_runs"], stored["trial_verdicts"].readable("every later trial judged again"),
             version=context.partition_key, judged_by_run=context.run.run_id,
         )
-        context.add_output_metadata(
-            {
-                "outcomes": outcomes_table(outcome_counts(frame)),
-                "dagster/row_count": len(frame),
-                **summary.as_metadata(),
-                "verdicts_judged_by_criterion": MetadataValue.json(dict(summary.judged_by_criterion)),
-                **why(summary.reasons() + trial_summary.reasons()),
-                **trial_metadata(loaded, trial_frame, {
-                    "trial_verdicts_judged": trial_summary.judged, "trial_verdicts_reused": trial_summary.reused,
-                }),
-            }
-        )
+        context.add_output_metadata(verdict_metadata(loaded, frame, summary, trial_frame, trial_summary))
         return frame
 
     @asset(
@@ -374,56 +227,18 @@ def build_assets(
         "A BLOCK is a successful evaluation: the run stays green and carries the tag oloproof/gate=BLOCK.",
     )
     def gate(context: AssetExecutionContext, evaluation_project: EvaluationProject) -> pd.DataFrame:
-        loaded = evaluation_project.load()
-        version = context.partition_key
-        stored = stored_tables(loaded, version)
-        validity = stored["derived_cases"].columns(*VALIDITY_COLUMNS) if stored["derived_cases"].exists else None
-        flags = certification_flags(loaded)
-        gated = stored["verdicts"].columns(*GATED_VERDICT_COLUMNS, "case_id")
-        later_trials = stored_trial_verdicts(loaded, stored["trial_verdicts"])
-        inputs_digest = gate_inputs_digest(
-            loaded, gated if flags is None else exclude_uncertified(gated, flags)[0], validity, later_trials
-        )
-        stored_gate = previous(stored["gate"], "gate decided")
-        frame = reusable_gate(stored_gate, inputs_digest)
-        reused, reasons = frame is not None, []
-        if frame is None:
-            decision = (
-                decide_release_gate(loaded, gated, validity, later_trials) if flags is None
-                else decide_certified_gate(loaded, gated, validity, flags, later_trials)
-            )
-            frame = gate_table(decision, version=version, judged_by_run=context.run.run_id, inputs_digest=inputs_digest)
-            reasons.append(
-                "gate decided: first gate of this version" if stored_gate is None
-                else "gate decided again: its verdicts, labels or release policy changed"
-            )
-        else:
-            decision = gate_from_table(frame)
+        loaded, version = evaluation_project.load(), context.partition_key
+        stored, flags = stored_tables(loaded, version), certification_flags(loaded)
+        decided = gate_of_version(loaded, stored, version, run_id=context.run.run_id, flags=flags)
         # The report is written here, not downstream: with the blocking variant of the gate
         # check a BLOCK skips anything after the gate, and a blocked release is when the report
         # is read most.
-        trials = project_trial_summaries(loaded, gated, later_trials)
-        report, written = write_report(loaded, stored, version, frame, trials)
-        if written:
-            reasons.append("report written: what it shows changed")
-        context.log.info(gate_log_line(version, decision))
+        report, written = write_version_report(loaded, stored, version, decided.frame, decided.trials)
+        context.log.info(gate_log_line(version, decided.decision))
         # The decision is known only now, so it is tagged here, whoever launched the run.
-        context.instance.add_run_tags(context.run.run_id, {GATE_TAG: decision.decision})
-        rules = rows_from_frame(frame, tables.GATE_NESTED)
-        context.add_output_metadata(
-            {
-                "rules": rules_summary(rules),
-                "decision": decision.decision,
-                "report": file_link(report, output_dir(loaded.root)),
-                "dagster/row_count": len(frame),
-                "gate_reused": reused,
-                **({} if flags is None else {"uncertified_cases_excluded": len({flag["case_id"] for flag in flags})}),
-                **why(reasons),
-                **rule_numbers(rules),
-                **({} if trials is None else trials_metadata(trials)),
-            }
-        )
-        return frame
+        context.instance.add_run_tags(context.run.run_id, {GATE_TAG: decided.decision.decision})
+        context.add_output_metadata(gate_metadata(loaded.root, decided, report, written, flags))
+        return decided.frame
 
     @asset(
         **per_version,
@@ -433,33 +248,9 @@ def build_assets(
         "Benjamini-Yekutieli marks; never gated.",
     )
     def slices(context: AssetExecutionContext, evaluation_project: EvaluationProject) -> pd.DataFrame:
-        loaded = evaluation_project.load()
-        version = context.partition_key
-        stored = stored_tables(loaded, version)
-        sliced = stored["verdicts"].columns(*SLICED_VERDICT_COLUMNS)
-        inputs_digest = slices_inputs_digest(loaded, sliced)
-        stored_slices = previous(stored["slices"], "slices computed")
-        frame = reusable_slices(stored_slices, inputs_digest)
-        reused, reasons = frame is not None, []
-        if frame is None:
-            facts = facts_from_tables(stored["cases"].columns("case_id", "metadata"), stored["recorded_runs"].columns("case_id", "trajectory"))
-            rows = project_slices_of(loaded, sliced, facts)
-            frame = slice_table(rows, version=version, sliced_by_run=context.run.run_id, inputs_digest=inputs_digest)
-            reasons.append(
-                "slices computed: first slices of this version" if stored_slices is None
-                else "slices computed again: their verdicts or settings changed"
-            )
-        else:
-            rows = slices_from_table(frame)
-        context.add_output_metadata(
-            {
-                "dagster/row_count": len(frame),
-                "slices_reused": reused,
-                **why(reasons),
-                "slices": MetadataValue.md(slices_markdown(rows)),
-                "buckets_marked_different": sum(bool(row.differs) for row in rows),
-            }
-        )
+        loaded, version = evaluation_project.load(), context.partition_key
+        frame, rows, reuse = slices_of_version(loaded, stored_tables(loaded, version), version, run_id=context.run.run_id)
+        context.add_output_metadata(slices_metadata(frame, rows, reuse))
         return frame
 
     @asset(
@@ -477,18 +268,10 @@ def build_assets(
         stored = stored_tables(loaded)
         cases = tables.cases_with_copies(stored["cases"].whole(tables.CASES_SCHEMA), None)
         frame, summary = certify_cases(
-            loaded, cases, previous(StoredTable.at(loaded.root, CERTIFICATION), "reference runs played"),
-            certified_by_run=context.run.run_id,
+            loaded, cases, previous_at(loaded.root, CERTIFICATION, "reference runs played"), certified_by_run=context.run.run_id,
         )
         context.log.info(f"certified {len(frame)} cases: {summary.flagged} flagged, {summary.played} references played")
-        context.add_output_metadata(
-            {
-                "dagster/row_count": len(frame),
-                **summary.as_metadata(),
-                "flags": MetadataValue.json(summary.flags),
-                "flagged": MetadataValue.md(flags_markdown(flagged_rows(frame))),
-            }
-        )
+        context.add_output_metadata(certification_metadata(frame, summary, flagged_rows(frame)))
         return frame
 
     @asset_check(

@@ -24,8 +24,13 @@ from dagster import (
 from ..model.config import Project
 from ..model.errors import ProjectError
 from ..project import load_project
-from ..run.system import current_system_version
+from ..run.system import SYSTEM_TAG, ResolvedSystem, resolve_system
 from .instance import foreign_instance_problem
+
+
+def system_tags(system: ResolvedSystem) -> dict[str, str]:
+    """The run tag that carries the system resolved here to every stage of the run."""
+    return {SYSTEM_TAG: system.as_tag()}
 
 
 def version_bump_sensor(project: Project, versions: DynamicPartitionsDefinition, job: Any) -> SensorDefinition:
@@ -41,13 +46,14 @@ def version_bump_sensor(project: Project, versions: DynamicPartitionsDefinition,
         if foreign is not None:
             return SkipReason(foreign)
         try:
-            version = current_system_version(load_project(project.root))
+            system = resolve_system(load_project(project.root))
         except ProjectError as error:
             return SkipReason(f"the project does not load: {error}")
+        version = system.version
         if context.instance.has_dynamic_partition(versions.name, version):
             return SkipReason(f"version {version} already has a partition")
         return SensorResult(
-            run_requests=[RunRequest(partition_key=version, run_key=version)],
+            run_requests=[RunRequest(partition_key=version, run_key=version, tags=system_tags(system))],
             dynamic_partitions_requests=[versions.build_add_request([version])],
         )
 
@@ -75,6 +81,11 @@ def nightly_schedule(project: Project, versions: DynamicPartitionsDefinition, jo
         if not keys:
             return SkipReason("no system version has a partition yet")
         newest = keys[-1]  # dynamic partition keys come back in the order they were added
-        return RunRequest(partition_key=newest)
+        try:
+            system = resolve_system(load_project(project.root))
+        except ProjectError:
+            system = None  # the run fails on the same error, readably, on the run's page
+        # The system filed on the run only when it is the newest version's (else the stages resolve it).
+        return RunRequest(partition_key=newest, tags=system_tags(system) if system is not None and system.version == newest else {})
 
     return nightly

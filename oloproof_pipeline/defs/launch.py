@@ -25,12 +25,14 @@ from ..model.config import Project, check_release_policy
 from ..model.fingerprints import copies_inputs_digest
 from ..model.transforms import derive_cases
 from ..store.layout import StoredTableError, read_table
-from ..store.tables import case_table, reusable_copies
+from ..store.reuse import reuse_if_digest
+from ..store.tables import case_table
 from ..project import load_project
 from ..run.certification import CERTIFICATION_RUN
-from ..run.system import current_system_version
+from ..run.system import SYSTEM_TAG, ResolvedSystem, resolve_system
 from . import CERTIFY_JOB, EVALUATE_JOB, build_definitions, versions_partitions
 from .instance import claim_instance, instance_lock, project_instance, project_location
+from .resources import loaded_for_run
 
 # Marks the runs the CLI started (user tags show in the runs list).
 LAUNCHED_BY_TAG = "oloproof/launched_by"
@@ -65,20 +67,25 @@ def run_evaluation(
     ungated: bool = False,
     instance: DagsterInstance | None = None,
     log_level: str = "CRITICAL",
+    system: ResolvedSystem | None = None,
 ) -> EvaluationRun:
     """Materialize the whole graph for the system's current version.
 
     The project and its cases are validated first, so a bad file is reported as the
     one-line error it is, before any run starts (the metamorphic copies and their labels too).
     Without a release policy the run must be `ungated`, so a missing release.yaml never reads as ALLOW.
+    The system is resolved once here (unless the caller did: `system`) and filed on the run
+    (`SYSTEM_TAG`), so no stage asks it again; its version is the run's partition.
     """
     project = load_project(project_root)
     check_release_policy(project, ungated=ungated)
     validate_cases(project)
-    version = current_system_version(project)
+    if system is None:
+        system = resolve_system(project)
+    version = system.version
     instance = instance or project_instance(project.root)
     claim_instance(project.root, instance)
-    definitions = build_definitions(project.root)
+    definitions = build_definitions(project)
     ensure_version_partition(instance, versions_partitions(project).name, version)
     run_config = {
         "ops": {recording_op_name(project.dagster_name): {"config": {"fresh": fresh}}},
@@ -90,10 +97,11 @@ def run_evaluation(
     run = instance.create_run_for_job(
         job,
         run_config=run_config,
-        tags={**job.run_tags, PARTITION_NAME_TAG: version, LAUNCHED_BY_TAG: "oloproof run"},
+        tags={**job.run_tags, PARTITION_NAME_TAG: version, SYSTEM_TAG: system.as_tag(), LAUNCHED_BY_TAG: "oloproof run"},
         remote_job_origin=located_job_origin(project.root, job),
     )
-    result = execute_run(InMemoryJob(job), run, instance, raise_on_error=False)
+    with loaded_for_run(run.run_id, project):
+        result = execute_run(InMemoryJob(job), run, instance, raise_on_error=False)
     return EvaluationRun(
         run_id=result.run_id, version=version, success=result.success, errors=step_errors(result)
     )
@@ -117,7 +125,7 @@ def validate_cases(project: Project) -> None:
         stored = read_table(project.root, "derived_cases")
     except StoredTableError:
         stored = None  # the run rebuilds it
-    if stored is None or reusable_copies(stored, copies_inputs_digest(project, case_table(cases))) is None:
+    if reuse_if_digest(stored, copies_inputs_digest(project, case_table(cases))) is None:
         derive_cases(project, cases)
 
 
@@ -149,12 +157,13 @@ def run_certification(
     validate_cases(project)
     instance = instance or project_instance(project.root)
     claim_instance(project.root, instance)
-    job = build_definitions(project.root).resolve_job_def(CERTIFY_JOB)
+    job = build_definitions(project).resolve_job_def(CERTIFY_JOB)
     run = instance.create_run_for_job(
         job,
         run_config={"loggers": {"console": {"config": {"log_level": log_level}}}},
         tags={**job.run_tags, LAUNCHED_BY_TAG: "oloproof certify"},
         remote_job_origin=located_job_origin(project.root, job),
     )
-    result = execute_run(InMemoryJob(job), run, instance, raise_on_error=False)
+    with loaded_for_run(run.run_id, project):
+        result = execute_run(InMemoryJob(job), run, instance, raise_on_error=False)
     return EvaluationRun(run_id=result.run_id, version=CERTIFICATION_RUN, success=result.success, errors=step_errors(result))

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from dagster import Config, ConfigurableResource, InitResourceContext
 from pydantic import PrivateAttr
@@ -13,15 +15,32 @@ from ..run.sandboxes import Sandboxes
 from .instance import claim_instance
 
 
+# The project a launch in this process loaded just before it executed the run, by run id
+# (`loaded_for_run`): the run's assets use it instead of reading the files once more.
+_LOADED_FOR_RUN: dict[str, Project] = {}
+
+
+@contextmanager
+def loaded_for_run(run_id: str, project: Project) -> Iterator[None]:
+    """While the run executes in this process, its assets share the launch's `project`."""
+    _LOADED_FOR_RUN[run_id] = project
+    try:
+        yield
+    finally:
+        _LOADED_FOR_RUN.pop(run_id, None)
+
+
 class EvaluationProject(ConfigurableResource):
     """The evaluation project folder, loaded once per run and shared by its assets; the next
-    run reads it afresh, so an edited file is seen and a bad one fails that run readably."""
+    run reads it afresh, so an edited file is seen and a bad one fails that run readably. A run
+    launched in this process (`run_evaluation`) shares the project its launch just loaded."""
 
     root: str
     _project: Project | None = PrivateAttr(default=None)
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
-        self._project = None  # a new run reads the files again
+        # A new run reads the files again, unless its launch here has just read them.
+        self._project = _LOADED_FOR_RUN.get(context.run.run_id) if context.run is not None else None
         if context.instance is not None:
             claim_instance(Path(self.root), context.instance)  # never record into another's history
 

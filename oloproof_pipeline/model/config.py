@@ -25,6 +25,18 @@ UNGATED_RUN = "`oloproof run --ungated` records and judges without a gate"
 NO_RELEASE_POLICY = f"no release policy ({RELEASE_FILE}): nothing is gated"
 # Partition keys become file names and UI selections: commas and `|` break Dagster's UI.
 VERSION_PATTERN = re.compile(r"^[A-Za-z0-9._-]+$")
+# A version names files (`tables/<table>/<version>.parquet`): room left for the suffix.
+VERSION_MAX_LENGTH = 200
+
+
+def version_problem(version: str) -> str | None:
+    """Why `version` cannot be a partition key and a file name under .oloproof/ (None: it can).
+    The one check of a version, wherever one comes from (oloproof.yaml, the system, the CLI)."""
+    if not VERSION_PATTERN.match(version) or version in {".", ".."}:
+        return f"{version!r} is not a valid version: use letters, digits, '.', '_' and '-' (not '.' or '..' alone)"
+    if len(version) > VERSION_MAX_LENGTH:
+        return f"{version[:20]!r}... is not a valid version: longer than {VERSION_MAX_LENGTH} characters"
+    return None
 EvaluatorT = TypeVar("EvaluatorT")
 
 
@@ -119,8 +131,9 @@ class SystemConfig(StrictModel):
     @field_validator("version")
     @classmethod
     def _version_is_a_partition_key(cls, version: str | None) -> str | None:
-        if version is not None and not VERSION_PATTERN.match(version):
-            raise ValueError(f"{version!r} is not a valid version: use letters, digits, '.', '_' and '-'")
+        problem = None if version is None else version_problem(version)
+        if problem is not None:
+            raise ValueError(problem)
         return version
 
 
@@ -398,8 +411,8 @@ def read_yaml(path: Path) -> tuple[Any, yaml.Node | None]:
         loader.dispose()
 
 
-def validate_yaml_file(model: type[BaseModel], path: Path) -> BaseModel:
-    data, root_node = read_yaml(path)
+def validate_yaml(model: type[BaseModel], path: Path, data: Any, root_node: yaml.Node | None) -> BaseModel:
+    """`read_yaml`'s data as `model`; errors name the file, line and field."""
     if not isinstance(data, dict):
         raise ProjectError(f"{path}:1: expected a mapping of keys at the top level")
     try:

@@ -169,6 +169,7 @@ def record_case_table(
     fresh: bool = False,
     on_recorded: Callable[[RecordedRun], None] | None = None,
     sandboxes: Sandboxes | None = None,
+    system: object | None = None,  # the launch's ResolvedSystem (accepted, not used yet)
 ) -> tuple[pd.DataFrame, RecordingSummary]:
     """The `recorded_runs` table for `cases` (sources then copies): every case not already
     recorded for this version and code is recorded now (all of them when `fresh`).

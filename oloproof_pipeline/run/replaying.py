@@ -370,6 +370,7 @@ def replay_fault_table(
     version: str,
     run_id: str,
     sandboxes: Sandboxes | None = None,
+    system: object | None = None,  # the launch's ResolvedSystem (accepted, not used yet)
 ) -> tuple[pd.DataFrame, ReplaySummary]:
     """Each clean source recording under each fault plan. Stored replays of the same version,
     recording and plan are reused; the system is needed, and must be this partition's

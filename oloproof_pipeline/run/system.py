@@ -11,7 +11,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from ..model.config import PROJECT_FILE, VERSION_PATTERN, Project
+from ..model.config import PROJECT_FILE, Project, version_problem
 from ..model.errors import ProjectError
 from ..model.fingerprints import system_code_fingerprint
 from .chat_agent import chat_agent_settings
@@ -66,8 +66,8 @@ def resolve_system_version(project: Project, facts: SystemFacts | None = None) -
     version = declared or reported
     if version is None:
         raise ProjectError(f"{where}: not given, and {project.config.system.callable} has no 'version' attribute")
-    if not VERSION_PATTERN.match(version):
-        raise ProjectError(f"{where}: {version!r} is not a valid version: use letters, digits, '.', '_' and '-'")
+    if version_problem(version) is not None:
+        raise ProjectError(f"{where}: {version_problem(version)}")
     return version
 
 

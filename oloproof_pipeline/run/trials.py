@@ -60,6 +60,7 @@ def record_trial_table(
     fresh: bool = False,
     on_recorded: Callable[[RecordedRun], None] | None = None,
     sandboxes: Sandboxes | None = None,
+    system: object | None = None,  # the launch's ResolvedSystem (accepted, not used yet)
 ) -> tuple[pd.DataFrame | None, RecordingSummary]:
     """The `trial_runs` table (trials 2..k, trial then case order) and what was recorded for
     it, written and journalled as `recorded_runs` is. None (and nothing written) with one trial."""

@@ -14,7 +14,7 @@ from typing import Iterable
 import pandas as pd
 import pyarrow as pa
 
-from ..model.config import VERSION_PATTERN
+from ..model.config import version_problem
 from ..model.errors import ProjectError
 from .tables import required_columns
 
@@ -51,8 +51,9 @@ class StorageWriteError(Exception):
 
 def checked_partition(partition: str) -> str:
     """A version used as a file name: never a path (`../x`), always a valid partition key."""
-    if not VERSION_PATTERN.match(partition) or partition in {".", ".."}:
-        raise ProjectError(f"{partition!r} is not a valid version: use letters, digits, '.', '_' and '-'")
+    problem = version_problem(partition)
+    if problem is not None:
+        raise ProjectError(problem)
     return partition
 
 

@@ -321,13 +321,6 @@ def derived_case_table(copies: list[DerivedCaseRecord], inputs_digest: str | Non
     return frame_from_rows(rows, DERIVED_CASES_SCHEMA, CASE_NESTED)
 
 
-def reusable_copies(stored: pd.DataFrame | None, inputs_digest: str) -> pd.DataFrame | None:
-    """The stored copies when made from the same inputs (None: derive them)."""
-    if stored is None or "inputs_digest" not in stored.columns or len(stored) == 0:
-        return None
-    return stored if (stored["inputs_digest"] == inputs_digest).all() else None
-
-
 def cases_with_copies(cases: pd.DataFrame, derived_cases: pd.DataFrame | None) -> list[CaseRecord]:
     """Sources then copies, as plain case records: what is recorded and judged."""
     frames = [cases[CASES_SCHEMA.names]]

@@ -1,0 +1,70 @@
+"""Reusing a stored table made from the same inputs: the derived copies, the slices and the
+gate each carry the digest of what they were made from, and are made again only when it
+changed. One rule for the three, and one skeleton for the stages that follow it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from ..model.config import Project
+from .stored import StoredTable
+
+# The per-version tables the stages read back from storage (by column, see `StoredTable`).
+PER_VERSION_TABLES = ("recorded_runs", "fault_replays", "verdicts", "slices", "gate", "trial_runs", "trial_verdicts")
+
+
+def stored_tables(project: Project, version: str | None = None) -> dict[str, StoredTable]:
+    """The project's stored tables as the stages read them: by column, as needed. `cases` is
+    the sources and their copies stacked."""
+    found = {
+        "cases": StoredTable.at(project.root, "cases", "derived_cases"),
+        "derived_cases": StoredTable.at(project.root, "derived_cases"),
+    }
+    if version is not None:
+        found.update({name: StoredTable.at(project.root, name, partition=version) for name in PER_VERSION_TABLES})
+    return found
+
+
+def previous(table: StoredTable, what: str) -> pd.DataFrame | None:
+    """A stage's own stored output, to reuse: none when there is none or it cannot be read
+    (a warning says so, and the stage computes it again)."""
+    table = table.readable(f"{what} again")
+    return table.whole() if table.exists else None
+
+
+def previous_at(project_root: Path, table: str, what: str) -> pd.DataFrame | None:
+    """`previous` of an unpartitioned table of the project."""
+    return previous(StoredTable.at(project_root, table), what)
+
+
+def reuse_if_digest(stored: pd.DataFrame | None, inputs_digest: str) -> pd.DataFrame | None:
+    """The stored table when every row of it was made from these inputs (None: make it again)."""
+    if stored is None or "inputs_digest" not in stored.columns or len(stored) == 0:
+        return None
+    return stored if (stored["inputs_digest"] == inputs_digest).all() else None
+
+
+@dataclass(frozen=True)
+class Reuse:
+    """A stage's stored table when made from the same inputs (`frame`), else None and why it
+    is made now: the one skeleton of the slices' and the gate's reuse."""
+
+    frame: pd.DataFrame | None
+    reasons: list[str] = field(default_factory=list)
+
+    @property
+    def reused(self) -> bool:
+        return self.frame is not None
+
+
+def stored_if_digest(stored: StoredTable, inputs_digest: str, *, table: str, made: str, again_because: str) -> Reuse:
+    """The stored table when every row was made from `inputs_digest`, else why it is made:
+    `<made>: first <table> of this version` or `<made> again: <again_because>`."""
+    before = previous(stored, made)
+    frame = reuse_if_digest(before, inputs_digest)
+    if frame is not None:
+        return Reuse(frame)
+    return Reuse(None, [f"{made}: first {table} of this version" if before is None else f"{made} again: {again_because}"])
