@@ -12,6 +12,7 @@ from oloproof_pipeline.run.recording import record_cases
 from oloproof_pipeline.model.cases import load_cases
 from oloproof_pipeline.project import load_project
 from oloproof_pipeline.run.supervisor import SupervisedSandbox
+from oloproof_pipeline.run.spec import SandboxSettings
 from oloproof_pipeline.run.system import system_spec
 
 from conftest import write_project
@@ -89,7 +90,7 @@ def case(case_id: str, kind: str, **state_extra) -> dict:
 
 def sandbox_for(root, timeout_s: float = 1.0):
     project = load_project(root)
-    return project, SupervisedSandbox(system_spec(project), system_version="1.0.0", timeout_s=timeout_s)
+    return project, SupervisedSandbox(SandboxSettings(system_spec(project), "1.0.0", timeout_s))
 
 
 def test_each_failure_costs_only_its_case(tmp_path):

@@ -15,7 +15,7 @@ import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -26,12 +26,9 @@ from ..model.faults import FaultReplay
 from ..model.fingerprints import evaluator_digest, row_key
 from ..model.outcomes import Verdict
 from ..model.records import RecordedRun
+from ..store.decoding import case_models, replay_models, run_models
 from ..store.stored import StoredTable
 from ..store.tables import (
-    CASE_NESTED,
-    CASES_SCHEMA,
-    FAULT_REPLAY_NESTED,
-    RUN_NESTED,
     VERDICT_NESTED,
     VERDICTS_SCHEMA,
     RowBatches,
@@ -328,10 +325,16 @@ def judge_wanted(
         needed_runs = {case.case_id for case in chunk_cases.values()} | {
             case.source_id for case in chunk_cases.values() if case.source_id
         }
-        recordings = run_models(runs, sorted(run_positions[case_id] for case_id in needed_runs if case_id in run_positions))
-        chunk_replays = replay_models(
-            replays, [replay_positions[key] for key in zip(null_to_none(chunk["case_id"]), null_to_none(chunk["criterion"])) if key in replay_positions]
-        )
+        recordings = {
+            run.case_id: run
+            for run in run_models(runs, [run_positions[case_id] for case_id in needed_runs if case_id in run_positions]).values()
+        }
+        chunk_replays = {
+            (replay.case_id, replay.criterion): replay
+            for replay in replay_models(
+                replays, [replay_positions[key] for key in zip(null_to_none(chunk["case_id"]), null_to_none(chunk["criterion"])) if key in replay_positions]
+            ).values()
+        }
         context = JudgingContext(
             cases={case.case_id: case for case in chunk_cases.values()},
             recordings=recordings,
@@ -359,23 +362,3 @@ def replay_rows(replays: StoredTable, to_judge: pd.DataFrame) -> dict[tuple[str,
     keys = replays.columns("case_id", "criterion")
     wanted = set(zip(null_to_none(to_judge["case_id"]), null_to_none(to_judge["criterion"])))
     return {key: position for position, key in enumerate(zip(null_to_none(keys["case_id"]), null_to_none(keys["criterion"]))) if key in wanted}
-
-
-def case_models(cases: StoredTable, positions: list[int]) -> dict[int, CaseRecord]:
-    rows = cases.rows(positions, CASES_SCHEMA.names, CASE_NESTED)
-    return {position: CaseRecord.model_validate(row) for position, row in zip(positions, rows)}
-
-
-def run_models(runs: StoredTable, positions: Iterable[int]) -> dict[str, RecordedRun]:
-    fields = [name for name in RecordedRun.model_fields if name in runs.names]
-    models = (RecordedRun.model_validate(row) for row in runs.rows(list(positions), fields, RUN_NESTED))
-    return {run.case_id: run for run in models}
-
-
-def replay_models(replays: StoredTable, positions: list[int]) -> dict[tuple[str, str], FaultReplay]:
-    """The replays at `positions`, by case and criterion."""
-    if not positions:
-        return {}
-    fields = [name for name in FaultReplay.model_fields if name in replays.names]
-    models = (FaultReplay.model_validate(row) for row in replays.rows(sorted(positions), fields, FAULT_REPLAY_NESTED))
-    return {(replay.case_id, replay.criterion): replay for replay in models}

@@ -24,9 +24,9 @@ from .judging import VerdictSummary, judge_verdict_table
 TABLE = "trial_verdicts"
 
 
-def repeated_criteria(project: Project) -> list[str]:
-    """The criteria judged on every trial (all but fault recovery, which replays trial 1)."""
-    return [evaluator.criterion for evaluator in _repeated(project).evaluators]
+def later_trials(project: Project) -> range:
+    """The trials kept beside trial 1's tables (`recorded_runs`, `verdicts`): 2..k, none with one trial."""
+    return range(FIRST_TRIAL + 1, project.config.execution.trials + 1)
 
 
 def _repeated(project: Project) -> Project:
@@ -34,7 +34,7 @@ def _repeated(project: Project) -> Project:
 
 
 def of_trial(frame: pd.DataFrame, trial: int) -> pd.DataFrame:
-    """The rows of one trial, numbered from 0."""
+    """The rows of one trial, numbered from 0 (as a plan refers to its rows)."""
     trials = pd.to_numeric(frame["trial"], errors="coerce")
     return frame[(trials == trial).to_numpy(dtype=bool)].reset_index(drop=True)
 
@@ -52,7 +52,7 @@ def judge_trial_table(
     stored verdict whose key holds reused, the rest judged now; written beside `verdicts`.
     None (and nothing written) with one trial."""
     summary = VerdictSummary()
-    trials = range(FIRST_TRIAL + 1, project.config.execution.trials + 1)
+    trials = later_trials(project)
     if not trials:
         return None, summary
     repeated = _repeated(project)

@@ -51,6 +51,7 @@ from ..store.journal import sandbox_lock
 from ..store.tables import CERTIFICATION_NESTED, CERTIFICATION_SCHEMA, frame_from_rows, rows_from_frame
 from .reference import reference_actions, reference_input
 from .sandboxes import record_each
+from .spec import SandboxSettings
 from .system import system_spec
 
 # The version a do-nothing or reference run is filed under: it is no version of the system.
@@ -121,7 +122,8 @@ def play_references(project: Project, cases: list[CaseRecord], *, timeout_s: flo
     spec = system_spec(project)
     spec = type(spec)(**{**spec.as_json(), "plays_references": True, "reference": project.config.reference})
     with sandbox_lock(project.root):
-        return {run.case_id: run for run in record_each(spec, cases, version=CERTIFICATION_RUN, timeout_s=timeout_s)}
+        settings = SandboxSettings(spec, CERTIFICATION_RUN, timeout_s, checks_version=False)
+        return {run.case_id: run for run in record_each(settings, cases)}
 
 
 # -- judging them -----------------------------------------------------------------------------

@@ -4,28 +4,27 @@ reused while its case digest, the system version and the system's code are uncha
 The stored recordings are compared by their key columns only (no trajectory is read or
 parsed to find out that nothing changed), and only the cases left to record become models.
 Only what is left to record needs the system: a version whose system is gone still re-grades
-from its stored recordings.
+from its stored recordings. A use of the incremental stage (run/stage.py); later trials
+(run/trials.py) are another.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import pandas as pd
 
 from ..model.cases import CaseRecord
 from ..model.config import Project
-from ..model.errors import SystemVersionMismatch
 from ..model.fingerprints import CodeFingerprint, row_key, system_code_fingerprint
 from ..model.records import RecordedRun
 from ..model.trajectory import Trajectory
-from ..store.journal import Journal, sandbox_lock
+from ..model.trials import FIRST_TRIAL
+from ..store.decoding import case_stream
 from ..store.stored import StoredTable
 from ..store.tables import (
-    CASE_NESTED,
-    CASES_SCHEMA,
     RECORDED_RUNS_SCHEMA,
     RUN_NESTED,
     RowBatches,
@@ -36,17 +35,16 @@ from ..store.tables import (
     with_values,
     runs_from_table,
 )
-from .reuse import KnownWork, WorkCounts, journal_state, known_work
-from .sandboxes import Sandboxes, record_each
-from .system import current_system_version, system_spec
+from .reuse import KnownWork, WorkCounts
+from .sandboxes import RECORD, Sandboxes, lost_recording
+from .stage import Left, StoredWork, run_stage
+from .system import ResolvedSystem
 
 TABLE = "recorded_runs"
 # A recording is one case digest recorded by one run: its identity in the table and journal.
-KEY_COLUMNS = ["case_digest", "recorded_by_run"]
+RECORDINGS = StoredWork(TABLE, ("case_digest", "recorded_by_run"), RECORDED_RUNS_SCHEMA, tuple(RUN_NESTED), RecordedRun)
 OK = "ok"
 RECORDED, RERECORDED = "recorded", "re-recorded"
-# Cases turned into models at a time, as they are handed to the sandboxes.
-MODELS_AT_ONCE = 500
 
 
 @dataclass
@@ -60,17 +58,6 @@ class RecordingSummary(WorkCounts):
 
     def reasons(self, noun: str = "case") -> list[str]:
         return super().reasons(noun)
-
-
-def check_partition_is_current_version(project: Project, partition_version: str, action: str = "record") -> None:
-    """Refuse to record under a version the loaded system is not: that would mislabel runs."""
-    loaded = current_system_version(project)
-    if partition_version != loaded:
-        raise SystemVersionMismatch(
-            f"refusing to {action} partition {partition_version!r}: the loaded system "
-            f"{project.config.system.callable} is version {loaded!r}. Record {loaded!r} instead, "
-            f"or re-grade {partition_version!r} from its stored recordings."
-        )
 
 
 def recording_key(case_digest: str, version: str, code_fingerprint: str | None, run_id: str | None, status: str) -> str:
@@ -100,17 +87,6 @@ class RecordingPlan:
     reuse: pd.Series  # case position -> row of `known` (NaN: record it)
     known: pd.DataFrame
     to_record: list[int]
-
-
-def known_recordings(project: Project, version: str, journal: Journal, *, fresh: bool) -> KnownWork:
-    """The stored recordings, then the journal's lines the table does not hold (a run cut
-    short). A table that cannot be read is set aside with a warning: its journal holds every
-    row it was written from. `fresh` needs nothing stored, so a broken table never stands in
-    its way."""
-    table = StoredTable() if fresh else StoredTable.at(project.root, TABLE, partition=version).readable(
-        f"using the journal {journal.path} instead"
-    )
-    return known_work(table, journal, RecordedRun, RECORDED_RUNS_SCHEMA, RUN_NESTED, KEY_COLUMNS)
 
 
 def plan_recordings(cases: pd.DataFrame, known: pd.DataFrame, version: str, code: CodeFingerprint, fresh: bool) -> RecordingPlan:
@@ -160,6 +136,93 @@ def code_change(code: CodeFingerprint, stored_files: str | None) -> str:
 # -- recording ----------------------------------------------------------------------------------
 
 
+@dataclass
+class Recordings:
+    """A recording stage's plan: per trial, what it reuses and what is left to record; the
+    rows recorded now; and the counts."""
+
+    known: KnownWork
+    plans: dict[int, RecordingPlan]
+    new: dict[int, RowBatches]
+    summary: RecordingSummary = field(default_factory=RecordingSummary)
+
+
+@dataclass
+class RecordingStage:
+    """Trial 1 of every case, into `recorded_runs`: the cases not already recorded for this
+    version and code are recorded now (all of them when `fresh`). Later trials
+    (run/trials.py) are this stage with a trial index on each row."""
+
+    project: Project
+    cases: StoredTable
+    version: str
+    run_id: str
+    fresh: bool = False
+    on_recorded: Callable[[RecordedRun], None] | None = None
+    stored: StoredWork = RECORDINGS
+    trials: range = range(FIRST_TRIAL, FIRST_TRIAL + 1)
+
+    def __post_init__(self) -> None:
+        self.code = system_code_fingerprint(self.project)
+        self.keys = self.cases.columns("case_id", "case_digest")
+
+    def action(self, left: int) -> str:
+        return "record"
+
+    def plan(self, known: KnownWork) -> Recordings:
+        plans = {
+            trial: plan_recordings(self.keys, self.known_of(known.frame, trial), self.version, self.code, self.fresh)
+            for trial in self.trials
+        }
+        recordings = Recordings(known, plans, {trial: RowBatches(self.stored.schema, RUN_NESTED) for trial in self.trials})
+        for trial, plan in plans.items():
+            self.explain(trial, plan, recordings.summary)
+        return recordings
+
+    def known_of(self, known: pd.DataFrame, trial: int) -> pd.DataFrame:
+        """The known recordings of one trial (the whole table holds trial 1)."""
+        return known
+
+    def explain(self, trial: int, plan: RecordingPlan, summary: RecordingSummary) -> None:
+        why_recorded(self.keys, plan, self.code, self.fresh, summary)
+
+    def left(self, recordings: Recordings) -> int:
+        return sum(len(plan.to_record) for plan in recordings.plans.values())
+
+    def work(self, recordings: Recordings, system: ResolvedSystem) -> Left:
+        """Each case left, tagged with its trial, in trial then case order."""
+        items = (
+            (trial, case) for trial, plan in recordings.plans.items() for case in case_stream(self.cases, plan.to_record)
+        )
+        return Left(items, RECORD)
+
+    def finished(self, recordings: Recordings, item: tuple[int, CaseRecord], result: Any) -> dict[str, Any]:
+        trial, case = item
+        run = lost_recording(case, result, self.version)
+        run.recorded_by_run = self.run_id
+        row = self.row(recording_row(run, self.code), trial)
+        recordings.new[trial].add(row)
+        recordings.summary.failed += run.status != OK
+        if self.on_recorded is not None:
+            self.on_recorded(run)
+        return row
+
+    def row(self, row: dict[str, Any], trial: int) -> dict[str, Any]:
+        """A recording's row as this stage's table stores it."""
+        return row
+
+    def assemble(self, recordings: Recordings) -> tuple[pd.DataFrame, RecordingSummary]:
+        summary = recordings.summary
+        new = recordings.new[FIRST_TRIAL]
+        frame = recorded_table(self.keys, recordings.plans[FIRST_TRIAL], new.frame())
+        summary.new = new.count
+        summary.reused = len(self.keys) - new.count
+        stored = recordings.known.stored
+        dropped = set(null_to_none(stored["case_id"])) - set(null_to_none(self.keys["case_id"])) if stored is not None else set()
+        summary.dropped = len(dropped)
+        return frame, summary
+
+
 def record_case_table(
     project: Project,
     cases: StoredTable,
@@ -169,61 +232,17 @@ def record_case_table(
     fresh: bool = False,
     on_recorded: Callable[[RecordedRun], None] | None = None,
     sandboxes: Sandboxes | None = None,
-    system: object | None = None,  # the launch's ResolvedSystem (accepted, not used yet)
+    system: ResolvedSystem | None = None,
 ) -> tuple[pd.DataFrame, RecordingSummary]:
     """The `recorded_runs` table for `cases` (sources then copies): every case not already
     recorded for this version and code is recorded now (all of them when `fresh`).
 
     Each recording is journalled as it finishes, so a run killed part-way loses nothing.
     With distributed `sandboxes` the cases spread over Dask workers (see sandboxes.py).
-    The system is imported, and must be this partition's version, only when something is
-    left to record: a version whose system is gone still re-grades from its recordings.
-    """
-    code = system_code_fingerprint(project)
-    journal = Journal.for_partition(project.root, TABLE, version)
-    if fresh:
-        journal.clear()
-    keys = cases.columns("case_id", "case_digest")
-    known = known_recordings(project, version, journal, fresh=fresh)
-    plan = plan_recordings(keys, known.frame, version, code, fresh)
-    summary = RecordingSummary()
-    new_rows = RowBatches(RECORDED_RUNS_SCHEMA, RUN_NESTED)
-    if plan.to_record:
-        check_partition_is_current_version(project, version)
-        with sandbox_lock(project.root):
-            if not fresh and journal_state(journal) != known.journal_state:
-                # A run that held the sandbox before us recorded some already.
-                known = known_recordings(project, version, journal, fresh=fresh)
-                plan = plan_recordings(keys, known.frame, version, code, fresh)
-            why_recorded(keys, plan, code, fresh, summary)
-            to_record = case_records(cases, plan.to_record)
-            recordings = record_each(
-                system_spec(project), to_record, version=version,
-                timeout_s=project.config.execution.timeout_s, sandboxes=sandboxes,
-            )
-            with journal.appending() as journal_line:
-                for run in recordings:
-                    run.recorded_by_run = run_id
-                    row = recording_row(run, code)
-                    journal_line(row)
-                    new_rows.add(row)
-                    summary.failed += run.status != OK
-                    if on_recorded is not None:
-                        on_recorded(run)
-    frame = recorded_table(keys, plan, new_rows.frame())
-    summary.new = new_rows.count
-    summary.reused = len(keys) - new_rows.count
-    stored = known.stored
-    summary.dropped = len(set(null_to_none(stored["case_id"])) - set(null_to_none(keys["case_id"]))) if stored is not None else 0
-    return frame, summary
-
-
-def case_records(cases: StoredTable, positions: list[int]) -> Iterator[CaseRecord]:
-    """The cases at `positions`, as models (only these are ever parsed), made a slice at a
-    time as the sandboxes take them, so a large suite is never held as models all at once."""
-    for start in range(0, len(positions), MODELS_AT_ONCE):
-        rows = cases.rows(positions[start : start + MODELS_AT_ONCE], CASES_SCHEMA.names, CASE_NESTED)
-        yield from (CaseRecord.model_validate(row) for row in rows)
+    `system` is the launch's (run/system.py); only when something is left to record must it
+    be this partition's version (resolved now when not given)."""
+    stage = RecordingStage(project, cases, version, run_id, fresh, on_recorded)
+    return run_stage(stage, project, version=version, fresh=fresh, system=system, sandboxes=sandboxes)
 
 
 def recorded_table(keys: pd.DataFrame, plan: RecordingPlan, new: pd.DataFrame) -> pd.DataFrame:
@@ -248,11 +267,11 @@ def record_cases(
     fresh: bool = False,
     on_recorded: Callable[[RecordedRun], None] | None = None,
     sandboxes: Sandboxes | None = None,
+    system: ResolvedSystem | None = None,
 ) -> tuple[list[RecordedRun], RecordingSummary]:
     """`record_case_table` for cases in hand, as models (for scripts and tests)."""
     frame, summary = record_case_table(
         project, StoredTable.of(case_table(cases)), version=version, run_id=run_id, fresh=fresh,
-        on_recorded=on_recorded, sandboxes=sandboxes,
+        on_recorded=on_recorded, sandboxes=sandboxes, system=system,
     )
     return runs_from_table(frame), summary
-

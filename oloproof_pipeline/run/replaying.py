@@ -5,9 +5,9 @@ call of `tool` in the recording. Each case is replayed twice from the latest che
 that call: a control replay with no change, which must reproduce the recording before anything
 is believed, and the faulted replay. Judging a replay is a pure function of the recording, the
 plan and the two stored replays (`evaluators/fault_recovery.py`), so `verdicts` (or a re-grade
-without the system) recomputes it. Planning, running and journalling mirror `recording.py`:
-stored rows are matched by their key columns (case digest, plan, recording), and only the
-cases left to replay (or to judge anew) become models.
+without the system) recomputes it. A use of the incremental stage (run/stage.py), as
+recording is: stored rows are matched by their key columns (case digest, plan, recording),
+and only the cases left to replay (or to judge anew) become models.
 """
 
 from __future__ import annotations
@@ -27,15 +27,11 @@ from ..model.fingerprints import producer_code_version, row_key
 from ..model.outcomes import MISSING
 from ..model.records import RecordedRun
 from ..model.trajectory import Checkpoint
-from ..store.journal import Journal, sandbox_lock
+from ..store.decoding import case_models, replay_models, run_models
 from ..store.stored import StoredTable
 from ..store.tables import (
-    CASE_NESTED,
-    CASES_SCHEMA,
     FAULT_REPLAY_NESTED,
     FAULT_REPLAYS_SCHEMA,
-    RECORDED_RUNS_SCHEMA,
-    RUN_NESTED,
     RowBatches,
     case_table,
     null_to_none,
@@ -44,17 +40,19 @@ from ..store.tables import (
     rows_of,
     with_values,
 )
-from .recording import check_partition_is_current_version
-from .reuse import KnownWork, WorkCounts, journal_state, known_work
-from .sandboxes import Sandboxes, in_sandboxes
+from .reuse import KnownWork, WorkCounts
+from .sandboxes import Sandboxes, SandboxTask
+from .stage import Left, StoredWork, run_stage
 from .supervisor import SupervisedSandbox
-from .system import system_facts, system_spec
+from .system import ResolvedSystem
 
 TABLE = "fault_replays"
 # A replay is one case digest, under one plan, of one recording: the cache key.
 CACHE_COLUMNS = ["case_digest", "plan_digest", "recorded_by_run"]
 # A row of the table (or journal): that replay, run by one run (none: decided without one).
-ROW_COLUMNS = [*CACHE_COLUMNS, "replayed_by_run"]
+REPLAYS = StoredWork(
+    TABLE, (*CACHE_COLUMNS, "replayed_by_run"), FAULT_REPLAYS_SCHEMA, tuple(FAULT_REPLAY_NESTED), FaultReplay
+)
 REPLAYED, REPLAYED_AGAIN = "replayed", "replayed again"
 
 
@@ -107,12 +105,6 @@ class ReplayWork:
     decided: dict[int, FaultReplay] = field(default_factory=dict)
     pending: list[PendingReplay] = field(default_factory=list)
     summary: ReplaySummary = field(default_factory=ReplaySummary)
-    # The journal as it was when read for this plan (a change since: another run replayed).
-    journal_state: tuple[int, int] | None = None
-
-
-def journal_for(project: Project, version: str) -> Journal:
-    return Journal.for_partition(project.root, TABLE, version)
 
 
 def base_row(case: CaseRecord, recording: RecordedRun, plan: FaultPlan, version: str) -> dict[str, Any]:
@@ -154,14 +146,6 @@ def replay_candidates(cases: StoredTable, runs: StoredTable, plans: list[tuple[i
     return pd.concat(frames, ignore_index=True).sort_values(["case_position", "plan_position"], kind="stable").reset_index(drop=True)
 
 
-def known_replays(project: Project, version: str) -> KnownWork:
-    """The stored replays, then the journal's lines the table does not hold (a run cut short).
-    A table that cannot be read is set aside with a warning: its journal holds every row."""
-    journal = journal_for(project, version)
-    table = StoredTable.at(project.root, TABLE, partition=version).readable(f"using the journal {journal.path} instead")
-    return known_work(table, journal, FaultReplay, FAULT_REPLAYS_SCHEMA, FAULT_REPLAY_NESTED, ROW_COLUMNS)
-
-
 def reusable_rows(candidates: pd.DataFrame, known: pd.DataFrame, version: str) -> pd.Series:
     """Per candidate, the known row it reuses (NaN: none): the same case digest, plan and
     recording, replayed to the end (or decided with no replay at all)."""
@@ -174,30 +158,30 @@ def reusable_rows(candidates: pd.DataFrame, known: pd.DataFrame, version: str) -
     return pd.Series(index.reindex(wanted).to_numpy(), index=candidates.index, dtype=float)
 
 
-def plan_replays(project: Project, cases: StoredTable, runs: StoredTable, version: str) -> ReplayWork:
+def plan_replays(project: Project, cases: StoredTable, runs: StoredTable, version: str, found: KnownWork) -> ReplayWork:
     """Clean source recordings, under each fault plan: reuse what is known, judge anew what
     was judged under another plan, decide what needs no replay, and list the rest."""
     plans = fault_plans(project)
     candidates = replay_candidates(cases, runs, plans)
     if candidates.empty:
         return ReplayWork(candidates=candidates)
-    found = known_replays(project, version)
     known = found.frame
-    work = ReplayWork(candidates=candidates, known=known, reuse=reusable_rows(candidates, known, version), journal_state=found.journal_state)
+    work = ReplayWork(candidates=candidates, known=known, reuse=reusable_rows(candidates, known, version))
     stale_judging = work.reuse.notna() & (
         known["judging_digest"].reindex(work.reuse.fillna(-1).astype(int)).to_numpy() != candidates["judging_digest"].to_numpy()
     )
     untried = work.reuse.isna()
     to_model = candidates.index[untried | stale_judging]
-    case_models = case_records(cases, candidates.loc[to_model, "case_position"])
-    recordings = run_records(runs, candidates.loc[to_model, "run_position"])
+    chosen_cases = case_models(cases, candidates.loc[to_model, "case_position"])
+    recordings = run_models(runs, candidates.loc[to_model, "run_position"])
+    stale_replays = replay_models(StoredTable.of(known), work.reuse[stale_judging].astype(int))
     plan_of = {index: plan for index, plan in plans}
     chosen = candidates.loc[to_model].assign(position=to_model, stale=stale_judging[to_model].to_numpy())
     for row in rows_of(chosen, ["position", "case_position", "run_position", "plan_index", "stale"]):
         position = row.position
-        case, recording, plan = case_models[row.case_position], recordings[row.run_position], plan_of[row.plan_index]
+        case, recording, plan = chosen_cases[row.case_position], recordings[row.run_position], plan_of[row.plan_index]
         if row.stale:
-            stored = replay_record(known.loc[int(work.reuse[position])])
+            stored = stale_replays[int(work.reuse[position])]
             work.decided[position] = judged(stored.model_copy(update=base_row(case, recording, plan, version)), recording, plan)
             continue
         call_index = plan.faulted_call_index(recording.trajectory)
@@ -242,46 +226,29 @@ def why_replayed(work: ReplayWork) -> None:
             summary.because(REPLAYED, "new case" if row.criterion in criteria or not criteria else "new fault plan")
 
 
-def case_records(cases: StoredTable, positions: pd.Series) -> dict[int, CaseRecord]:
-    unique = sorted(set(int(position) for position in positions))
-    rows = cases.rows(unique, CASES_SCHEMA.names, CASE_NESTED)
-    return {position: CaseRecord.model_validate(row) for position, row in zip(unique, rows)}
-
-
-def run_records(runs: StoredTable, positions: pd.Series) -> dict[int, RecordedRun]:
-    unique = sorted(set(int(position) for position in positions))
-    fields = [name for name in RecordedRun.model_fields if name in RECORDED_RUNS_SCHEMA.names]
-    rows = runs.rows(unique, fields, RUN_NESTED)
-    return {position: RecordedRun.model_validate(row) for position, row in zip(unique, rows)}
-
-
-def replay_record(row: pd.Series) -> FaultReplay:
-    fields = [name for name in FaultReplay.model_fields if name in row.index]
-    data = StoredTable.of(row[fields].to_frame().T.reset_index(drop=True)).rows([0], fields, FAULT_REPLAY_NESTED)[0]
-    return FaultReplay.model_validate(data)
-
-
 # -- replaying ----------------------------------------------------------------------------------
 
 
-def refuse_unreplayable(project: Project, replayable: bool, pending: list[PendingReplay]) -> None:
-    """Before any replay: a system that cannot be replayed is a configuration error."""
-    if replayable:
-        return
+def unreplayable(project: Project, pending: list[PendingReplay]) -> list[str]:
+    """What a system that cannot be replayed is told: a configuration error per fault plan."""
     callable_name = project.config.system.callable
     indexes = sorted({(item.plan_index, item.plan.criterion) for item in pending})
-    raise ProjectError(
-        [
-            f"{project.root / PROJECT_FILE}: evaluators[{index}] (fault_recovery {criterion}): the system "
-            f"{callable_name} neither uses the tool box nor has a replay(trajectory, *, checkpoint, change) "
-            "method, so its cases cannot be replayed"
-            for index, criterion in indexes
-        ]
-    )
+    return [
+        f"{project.root / PROJECT_FILE}: evaluators[{index}] (fault_recovery {criterion}): the system "
+        f"{callable_name} neither uses the tool box nor has a replay(trajectory, *, checkpoint, change) "
+        "method, so its cases cannot be replayed"
+        for index, criterion in indexes
+    ]
 
 
-def replay_one(runner: SupervisedSandbox, item: PendingReplay, version: str, run_id: str) -> FaultReplay:
-    """The control replay, then the faulted one, stored whole and judged."""
+def replay_one(
+    runner: SupervisedSandbox, item: PendingReplay, version: str, run_id: str, refusal: list[str] | None = None
+) -> FaultReplay:
+    """The control replay, then the faulted one, stored whole and judged. With `refusal`,
+    the launch did not know whether the system can be replayed: its worker says, and one
+    that cannot be is refused before anything is replayed."""
+    if refusal is not None and not runner.facts().replayable:
+        raise ProjectError(refusal)
     trajectory = item.recording.trajectory
     control = runner.replay(item.case, trajectory, item.checkpoint, None)
     faulted = runner.replay(item.case, trajectory, item.checkpoint, item.plan.change_at(trajectory, item.call_index))
@@ -305,28 +272,44 @@ def replay_one(runner: SupervisedSandbox, item: PendingReplay, version: str, run
     return judged(replay, item.recording, item.plan)
 
 
-def run_replays(
-    project: Project, work: ReplayWork, *, version: str, run_id: str, sandboxes: Sandboxes | None = None
-) -> pd.DataFrame:
-    """Run the pending replays (each kept in the journal as it finishes, spread over Dask's
-    sandboxes when `sandboxes` is distributed); the whole table, in order."""
-    if work.pending:
-        spec = system_spec(project)
-        refuse_unreplayable(project, system_facts(project).replayable, work.pending)
-        journal = journal_for(project, version)
-        replays = in_sandboxes(
-            spec, work.pending, partial(replay_one, version=version, run_id=run_id),
-            version=version, timeout_s=project.config.execution.timeout_s, sandboxes=sandboxes,
-        )
-        with journal.appending() as journal_line:
-            for item, replay in replays:
-                if isinstance(replay, Exception):
-                    replay = worker_failed(item, replay, version, run_id)
-                journal_line({**replay.model_dump(mode="json"), "judging_digest": judging_digest(item.plan)})
-                work.decided[item.position] = replay
-                work.summary.new += 1
-                work.summary.failed += not replay.completed
-    return replay_table(work)
+@dataclass
+class ReplayStage:
+    """Each clean source recording under each fault plan, replayed where no stored replay of
+    the same version, recording and plan can be reused."""
+
+    project: Project
+    cases: StoredTable
+    runs: StoredTable
+    version: str
+    run_id: str
+    stored: StoredWork = REPLAYS
+
+    def action(self, left: int) -> str:
+        return f"replay {left} case(s) of"
+
+    def plan(self, known: KnownWork) -> ReplayWork:
+        return plan_replays(self.project, self.cases, self.runs, self.version, known)
+
+    def left(self, work: ReplayWork) -> int:
+        return len(work.pending)
+
+    def work(self, work: ReplayWork, system: ResolvedSystem) -> Left:
+        """The pending replays; a system known to be unreplayable is refused before any."""
+        refusal = unreplayable(self.project, work.pending)
+        if system.replayable is False:
+            raise ProjectError(refusal)
+        task = partial(replay_one, version=self.version, run_id=self.run_id, refusal=None if system.replayable else refusal)
+        return Left(work.pending, SandboxTask(one=task))
+
+    def finished(self, work: ReplayWork, item: PendingReplay, result: Any) -> dict[str, Any]:
+        replay = worker_failed(item, result, self.version, self.run_id) if isinstance(result, Exception) else result
+        work.decided[item.position] = replay
+        work.summary.new += 1
+        work.summary.failed += not replay.completed
+        return {**replay.model_dump(mode="json"), "judging_digest": judging_digest(item.plan)}
+
+    def assemble(self, work: ReplayWork) -> tuple[pd.DataFrame, ReplaySummary]:
+        return replay_table(work), work.summary
 
 
 def replay_table(work: ReplayWork) -> pd.DataFrame:
@@ -370,20 +353,13 @@ def replay_fault_table(
     version: str,
     run_id: str,
     sandboxes: Sandboxes | None = None,
-    system: object | None = None,  # the launch's ResolvedSystem (accepted, not used yet)
+    system: ResolvedSystem | None = None,
 ) -> tuple[pd.DataFrame, ReplaySummary]:
     """Each clean source recording under each fault plan. Stored replays of the same version,
-    recording and plan are reused; the system is needed, and must be this partition's
-    version, only when something is left to replay."""
-    work = plan_replays(project, cases, runs, version)
-    if not work.pending:
-        return run_replays(project, work, version=version, run_id=run_id), work.summary
-    check_partition_is_current_version(project, version, action=f"replay {len(work.pending)} case(s) of")
-    with sandbox_lock(project.root):
-        if journal_state(journal_for(project, version)) != work.journal_state:
-            work = plan_replays(project, cases, runs, version)  # again: a run before us replayed some
-        frame = run_replays(project, work, version=version, run_id=run_id, sandboxes=sandboxes)
-    return frame, work.summary
+    recording and plan are reused; the system (`system`, the launch's) is needed, and must
+    be this partition's version, only when something is left to replay."""
+    stage = ReplayStage(project, cases, runs, version, run_id)
+    return run_stage(stage, project, version=version, system=system, sandboxes=sandboxes)
 
 
 def replay_faults(
@@ -394,9 +370,10 @@ def replay_faults(
     version: str,
     run_id: str,
     sandboxes: Sandboxes | None = None,
+    system: ResolvedSystem | None = None,
 ) -> tuple[pd.DataFrame, ReplaySummary]:
     """`replay_fault_table` for cases and recordings in hand, as models (for scripts and tests)."""
     return replay_fault_table(
         project, StoredTable.of(case_table(cases)), StoredTable.of(recorded_runs_table(runs)),
-        version=version, run_id=run_id, sandboxes=sandboxes,
+        version=version, run_id=run_id, sandboxes=sandboxes, system=system,
     )

@@ -10,30 +10,41 @@ Without Dask the cases run in order on one sandbox.
 
 from __future__ import annotations
 
+import json
 import time
 from contextlib import ExitStack
-from itertools import islice
-from typing import Any, Callable, Iterator
+from dataclasses import dataclass
+from itertools import islice, tee
+from typing import Any, Callable, Iterable, Iterator
 
 from ..model.cases import CaseRecord
 from ..model.config import ExecutionConfig
 from ..model.errors import ProjectError
 from ..model.records import RecordedRun
+from .spec import SandboxSettings
 from .supervisor import SupervisedSandbox, start_fork_server
-from .system import SystemSpec
 
-Task = Callable[[SupervisedSandbox, Any], Any]
+
+@dataclass(frozen=True)
+class SandboxTask:
+    """What a sandbox does with one item of a stage's work (`one`), and, where it can, with
+    a stream of them on one sandbox (`each`: the next item already waits on the worker's
+    channel while one runs). Both plain functions, so a Dask worker can be sent them."""
+
+    one: Callable[[SupervisedSandbox, Any], Any]
+    each: Callable[[SupervisedSandbox, Iterable[Any]], Iterator[tuple[Any, Any]]] | None = None
+
 
 # One sandbox per Dask worker process, kept between the tasks of one fan-out: building a
 # system for every case would throw away whatever warm state a real agent keeps. Closed when
 # the fan-out is done, so the next one runs the system's code as it is then.
-_WORKER_SANDBOXES: dict[tuple[SystemSpec, str, float], SupervisedSandbox] = {}
+_WORKER_SANDBOXES: dict[str, SupervisedSandbox] = {}
 
 
-def _worker_sandbox(spec: SystemSpec, version: str, timeout_s: float) -> SupervisedSandbox:
-    key = (spec, version, timeout_s)
+def _worker_sandbox(settings: SandboxSettings) -> SupervisedSandbox:
+    key = json.dumps(settings.as_json(), sort_keys=True)  # a chat agent's settings are a dict: not hashable
     if key not in _WORKER_SANDBOXES:
-        _WORKER_SANDBOXES[key] = SupervisedSandbox(spec, system_version=version, timeout_s=timeout_s)
+        _WORKER_SANDBOXES[key] = SupervisedSandbox(settings)
     return _WORKER_SANDBOXES[key]
 
 
@@ -45,34 +56,31 @@ def close_worker_sandboxes() -> None:
             del _WORKER_SANDBOXES[key]
 
 
-def run_on_worker(spec: SystemSpec, version: str, timeout_s: float, task: Task, item: Any) -> Any:
+def run_on_worker(settings: SandboxSettings, one: Callable[[SupervisedSandbox, Any], Any], item: Any) -> Any:
     """Runs inside a Dask worker, on that worker's own sandbox."""
-    return task(_worker_sandbox(spec, version, timeout_s), item)
+    return one(_worker_sandbox(settings), item)
 
 
 def in_sandboxes(
-    spec: SystemSpec,
-    items: list[Any],
-    task: Task,
-    *,
-    version: str,
-    timeout_s: float,
-    sandboxes: "Sandboxes | None" = None,
+    settings: SandboxSettings, items: Iterable[Any], task: SandboxTask, *, sandboxes: "Sandboxes | None" = None
 ) -> Iterator[tuple[Any, Any]]:
-    """(item, task(sandbox, item)) for each item as soon as it finishes: in order on one
-    sandbox, or spread over the Dask workers' sandboxes. A Dask worker that died yields its
-    exception as the result, so it costs that item only; a system that cannot be built
-    (a ProjectError) stops the whole run, as it would every item."""
+    """(item, its result) for each item as soon as it finishes: in order on one sandbox, or
+    spread over the Dask workers' sandboxes. A Dask worker that died yields its exception as
+    the result, so it costs that item only; a system that cannot be built (a ProjectError)
+    stops the whole run, as it would every item."""
     client = sandboxes.client() if sandboxes is not None else None
     if client is None:
-        with SupervisedSandbox(spec, system_version=version, timeout_s=timeout_s) as sandbox:
-            for item in items:
-                yield item, task(sandbox, item)
+        with SupervisedSandbox(settings) as sandbox:
+            if task.each is not None:
+                yield from task.each(sandbox, items)
+            else:
+                for item in items:
+                    yield item, task.one(sandbox, item)
         return
-    yield from _on_dask(client, spec, items, task, version=version, timeout_s=timeout_s)
+    yield from _on_dask(client, settings, items, task.one)
 
 
-def _on_dask(client: Any, spec: SystemSpec, items: list[Any], task: Task, *, version: str, timeout_s: float) -> Iterator[tuple[Any, Any]]:
+def _on_dask(client: Any, settings: SandboxSettings, items: Iterable[Any], one: Callable) -> Iterator[tuple[Any, Any]]:
     """No more items in flight than the cluster has threads: a Dask worker then holds only
     the case it is running, so if it dies no case waiting behind it is blamed."""
     from dask.distributed import as_completed
@@ -84,7 +92,7 @@ def _on_dask(client: Any, spec: SystemSpec, items: list[Any], task: Task, *, ver
 
     def submit(count: int) -> None:
         for item in islice(waiting, count):
-            future = client.submit(run_on_worker, spec, version, timeout_s, task, item, pure=False)
+            future = client.submit(run_on_worker, settings, one, item, pure=False)
             futures[future] = item
             finished.add(future)
 
@@ -123,27 +131,41 @@ class ClusterThreads:
         return self._count
 
 
-def record_case(sandbox: SupervisedSandbox, case: CaseRecord) -> RecordedRun:
-    return sandbox.record(case)
+# -- recording: one case, or a stream of them --------------------------------------------------
+
+# A case to record, tagged with what its stage files the recording under (its trial, say).
+Tagged = tuple[Any, CaseRecord]
 
 
-def record_each(
-    spec: SystemSpec, cases: list[CaseRecord], *, version: str, timeout_s: float, sandboxes: "Sandboxes | None" = None
-) -> Iterator[RecordedRun]:
-    """Each case's recording, yielded as soon as it finishes (in order on one sandbox, where
-    the next case waits on the worker's channel while one runs)."""
-    if sandboxes is None or sandboxes.client() is None:
-        with SupervisedSandbox(spec, system_version=version, timeout_s=timeout_s) as sandbox:
-            yield from sandbox.record_each(cases)
-        return
-    recordings = in_sandboxes(spec, cases, record_case, version=version, timeout_s=timeout_s, sandboxes=sandboxes)
-    for case, result in recordings:
-        if isinstance(result, Exception):
-            result = RecordedRun(
-                case_id=case.case_id, case_digest=case.case_digest, system_version=version, status="error",
-                error=f"the Dask worker running this case failed: {type(result).__name__}: {result}",
-            )
-        yield result
+def record_case(sandbox: SupervisedSandbox, item: Tagged) -> RecordedRun:
+    return sandbox.record(item[1])
+
+
+def record_cases_in_turn(sandbox: SupervisedSandbox, items: Iterable[Tagged]) -> Iterator[tuple[Tagged, RecordedRun]]:
+    """(item, its case's recording) in order, each case queued on the worker's channel
+    behind the one running (`SupervisedSandbox.record_each`)."""
+    asked, answered = tee(items)
+    for run in sandbox.record_each(case for _, case in asked):  # one recording per case, in order
+        yield next(answered), run
+
+
+RECORD = SandboxTask(one=record_case, each=record_cases_in_turn)
+
+
+def lost_recording(case: CaseRecord, result: RecordedRun | Exception, version: str) -> RecordedRun:
+    """A case's recording; for a Dask worker that died running it, an error naming that."""
+    if not isinstance(result, Exception):
+        return result
+    return RecordedRun(
+        case_id=case.case_id, case_digest=case.case_digest, system_version=version, status="error",
+        error=f"the Dask worker running this case failed: {type(result).__name__}: {result}",
+    )
+
+
+def record_each(settings: SandboxSettings, cases: Iterable[CaseRecord], *, sandboxes: "Sandboxes | None" = None) -> Iterator[RecordedRun]:
+    """Each case's recording, yielded as soon as it finishes."""
+    for (_, case), result in in_sandboxes(settings, ((None, case) for case in cases), RECORD, sandboxes=sandboxes):
+        yield lost_recording(case, result, settings.version)
 
 
 class Sandboxes:

@@ -45,6 +45,27 @@ class SystemSpec:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class SandboxSettings:
+    """What every sandbox of one stage is started with, given once: the system, the version
+    its runs are filed under, and one case's deadline (`execution.timeout_s`)."""
+
+    spec: SystemSpec
+    version: str
+    timeout_s: float
+    # A partition's sandboxes refuse a system that reports another `version` (its runs would
+    # be mislabelled); a probe, which asks the version, and certification, whose runs are
+    # filed under no version, do not.
+    checks_version: bool = True
+
+    def as_json(self) -> dict[str, Any]:
+        return {**asdict(self), "spec": self.spec.as_json()}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "SandboxSettings":
+        return cls(**{**data, "spec": SystemSpec(**data["spec"])})
+
+
 def build_system(attribute: Any) -> Any:
     """A class is instantiated with no arguments; anything else callable is the system itself.
     A system written for Oloproof (its module imports `oloproof`) is adapted to this runner."""

@@ -37,10 +37,10 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from ..model.cases import CaseRecord
 from ..model.config import PROJECT_FILE
-from ..model.errors import ProjectError, SystemVersionMismatch
+from ..model.errors import ProjectError
 from ..model.records import RecordedRun, ReplayResult
 from ..model.trajectory import Checkpoint, ToolChange, Trajectory
-from .spec import SystemSpec
+from .spec import SandboxSettings, SystemSpec
 
 # After a case's deadline the worker interrupts the case itself and reports what it did so
 # far; this is how long it gets to do so before its process is stopped.
@@ -257,16 +257,14 @@ class WorkerProcess:
     ProjectError of one line per problem, however it failed (an exception, SystemExit,
     os._exit, a signal, a hang)."""
 
-    def __init__(self, spec: SystemSpec, *, system_version: str, timeout_s: float):
-        self.spec = spec
-        self.pid, self._channel = fork_worker(
-            {"spec": spec.as_json(), "system_version": system_version, "timeout_s": timeout_s}
-        )
+    def __init__(self, settings: SandboxSettings):
+        self.spec = settings.spec
+        self.pid, self._channel = fork_worker(settings.as_json())
         self._finalizer = weakref.finalize(self, _end_worker, self.pid, self._channel)
         self._selector = selectors.DefaultSelector()
         self._selector.register(self._channel, selectors.EVENT_READ)
         self._buffer = bytearray()
-        self.facts = self._await_ready(max(timeout_s, START_MINIMUM_S))
+        self.facts = self._await_ready(max(settings.timeout_s, START_MINIMUM_S))
 
     def _await_ready(self, timeout_s: float) -> SystemFacts:
         where = f"{Path(self.spec.project_root) / PROJECT_FILE}: system.callable"
@@ -339,12 +337,12 @@ class SupervisedSandbox:
     callers never see the process boundary, and `record_each` for many cases. The worker is
     started on first use and kept between cases (warm state); after a crash or a timeout a
     fresh one takes the next case. A case costs one deadline of `timeout_s` (plus
-    KILL_GRACE_S for the worker to report its own timeout), counted from when it starts."""
+    KILL_GRACE_S for the worker to report its own timeout), counted from when it starts.
+    A worker whose system reports another version than `settings.version` answers each case
+    with an error (run/worker.py), never a recording to be trusted."""
 
-    def __init__(self, spec: SystemSpec, *, system_version: str, timeout_s: float):
-        self.spec = spec
-        self.system_version = system_version
-        self.timeout_s = timeout_s
+    def __init__(self, settings: SandboxSettings):
+        self.settings = settings
         self._worker: WorkerProcess | None = None
         self._lock = threading.Lock()  # cases sharing one sandbox run one at a time
         self.workers_started = 0
@@ -358,7 +356,7 @@ class SupervisedSandbox:
         for task, answer in self._run_tasks(RecordTask(case=case) for case in cases):
             if isinstance(answer, WorkerLost):
                 yield RecordedRun(
-                    case_id=task.case.case_id, case_digest=task.case.case_digest, system_version=self.system_version,
+                    case_id=task.case.case_id, case_digest=task.case.case_digest, system_version=self.settings.version,
                     status=answer.status, error=answer.error, duration_s=answer.duration_s,
                 )
             else:
@@ -372,6 +370,11 @@ class SupervisedSandbox:
         if isinstance(answer, WorkerLost):
             return ReplayResult(status=answer.status, error=answer.error, duration_s=answer.duration_s)
         return answer.replayed
+
+    def facts(self) -> SystemFacts:
+        """What the system in this sandbox says about itself (its worker started if none is)."""
+        with self._lock:
+            return self._ready_worker().facts
 
     def _run_tasks(self, tasks: Iterable[RecordTask | ReplayTask]) -> Iterator[tuple[Any, Any]]:
         """(task, its WorkerMessage or a WorkerLost) for each task, in order. A task whose
@@ -393,7 +396,7 @@ class SupervisedSandbox:
                     _queue_more(worker, queued, upcoming)
                     task, _ = queued.popleft()
                     try:
-                        message = worker.receive(started + self.timeout_s + KILL_GRACE_S)
+                        message = worker.receive(started + self.settings.timeout_s + KILL_GRACE_S)
                     except WorkerLost as lost:
                         yield task, self._lost(lost, started)
                         message = None
@@ -410,7 +413,7 @@ class SupervisedSandbox:
 
     def _lost(self, lost: WorkerLost, started: float) -> WorkerLost:
         if lost.status == "timeout":
-            error = f"no answer within {self.timeout_s:g} s; the system's process was stopped"
+            error = f"no answer within {self.settings.timeout_s:g} s; the system's process was stopped"
         else:
             error = f"the system's process {lost.error} during this case"
         return WorkerLost(lost.status, error, duration_s=round(time.monotonic() - started, 6))
@@ -425,16 +428,8 @@ class SupervisedSandbox:
             # It ended between cases (a thread of the system's, say): not the next case's fault.
             self._drop_worker()
         if self._worker is None:
-            worker = WorkerProcess(self.spec, system_version=self.system_version, timeout_s=self.timeout_s)
+            self._worker = WorkerProcess(self.settings)
             self.workers_started += 1
-            reported = worker.facts.version
-            if reported is not None and reported != self.system_version:
-                worker.stop()
-                raise SystemVersionMismatch(
-                    f"{Path(self.spec.project_root) / PROJECT_FILE}: system.version: recording version "
-                    f"{self.system_version!r}, but the system reports {reported!r}"
-                )
-            self._worker = worker
         return self._worker
 
     def close(self, *, wait: bool = True) -> bool:
@@ -491,7 +486,7 @@ def _queue_more(worker: WorkerProcess, queued: deque, upcoming: _Upcoming) -> No
 def probe_system(spec: SystemSpec, *, timeout_s: float) -> SystemFacts:
     """Import and build the system in a throwaway worker process and read what it says about
     itself: nothing the system does on import can end, crash or wedge the caller."""
-    worker = WorkerProcess(spec, system_version="", timeout_s=timeout_s)
+    worker = WorkerProcess(SandboxSettings(spec, version="", timeout_s=timeout_s, checks_version=False))
     try:
         return worker.facts
     finally:

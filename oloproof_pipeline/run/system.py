@@ -15,7 +15,7 @@ from ..model.config import PROJECT_FILE, Project, version_problem
 from ..model.errors import ProjectError
 from ..model.fingerprints import system_code_fingerprint
 from .chat_agent import chat_agent_settings
-from .spec import SystemSpec
+from .spec import SandboxSettings, SystemSpec
 from .supervisor import SystemFacts, probe_system
 from .toolbox import ToolBox
 
@@ -39,6 +39,12 @@ class Replayable(Protocol):
 def system_spec(project: Project) -> SystemSpec:
     system = project.config.system
     return SystemSpec(str(project.root), system.callable, system.name, chat_agent=chat_agent_settings(system))
+
+
+def sandbox_settings(project: Project, version: str) -> SandboxSettings:
+    """The sandboxes of one partition's stage: this system, filed under `version`, each case
+    under `execution.timeout_s`."""
+    return SandboxSettings(system_spec(project), version, project.config.execution.timeout_s)
 
 
 def reported_version(attribute: Any) -> str | None:

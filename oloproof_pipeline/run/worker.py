@@ -4,7 +4,8 @@ starts them; the evaluating process never imports the system).
 The fork server imports the runner once, then forks one worker per request and reports on
 that worker's channel how it ended. A worker imports and builds the system once, says what
 it is, then records or replays one case per JSON line read from its channel, answering
-with one JSON line each. Its stdin is empty and its stdout is stderr, so nothing the system
+with one JSON line each. A system that reports another version than the one its runs are
+filed under is never run: each case is answered with an error saying so. Its stdin is empty and its stdout is stderr, so nothing the system
 prints can garble an answer. A worker ends when its channel closes, when it had to
 interrupt a case (it says so, and the supervisor starts a fresh one), or when the system
 calls sys.exit().
@@ -19,13 +20,13 @@ import signal
 import socket
 import sys
 from pathlib import Path
-from typing import Any
 
 from ..model.config import PROJECT_FILE
 from ..model.errors import ProjectError
+from ..model.records import RecordedRun, ReplayResult
 from .reference import ReferencePlayer, load_reference
 from .runner import SandboxRunner, can_replay
-from .spec import SystemSpec, build_system
+from .spec import SandboxSettings, build_system
 from .supervisor import TASKS, RecordTask, ReplayTask, SystemFacts, WorkerMessage
 from .system import reported_version
 
@@ -67,6 +68,26 @@ def as_line(message: WorkerMessage) -> bytes:
         return message.model_copy(update={field: result.model_copy(update=fields)}).model_dump_json().encode() + b"\n"
 
 
+def version_refusal(settings: SandboxSettings, reported: str | None) -> str | None:
+    """Why this system must not run cases filed under `settings.version`, if it must not."""
+    if not settings.checks_version or reported is None or reported == settings.version:
+        return None
+    return (
+        f"{Path(settings.spec.project_root) / PROJECT_FILE}: system.version: recording version "
+        f"{settings.version!r}, but the system reports {reported!r}"
+    )
+
+
+def refused(task: RecordTask | ReplayTask, version: str, refusal: str) -> WorkerMessage:
+    """The answer to a task the system must not run: an error, never a result to trust."""
+    if isinstance(task, RecordTask):
+        case = task.case
+        return WorkerMessage(
+            recorded=RecordedRun(case_id=case.case_id, case_digest=case.case_digest, system_version=version, status="error", error=refusal)
+        )
+    return WorkerMessage(replayed=ReplayResult(status="error", error=refusal))
+
+
 def serve(runner: SandboxRunner, task: RecordTask | ReplayTask) -> WorkerMessage:
     if isinstance(task, RecordTask):
         result = runner.record(task.case)
@@ -79,19 +100,19 @@ def serve(runner: SandboxRunner, task: RecordTask | ReplayTask) -> WorkerMessage
     return answer
 
 
-def start(settings: dict[str, Any]) -> tuple[SandboxRunner, SystemFacts]:
+def start(settings: SandboxSettings) -> tuple[SandboxRunner, SystemFacts]:
     """Import and build the system once; the runner, and what the system says about itself."""
-    spec = SystemSpec(**settings["spec"])
+    spec = settings.spec
     attribute = spec.load_attribute()
     build = lambda: build_system(attribute)  # noqa: E731
     if spec.plays_references:
         reference = load_reference(spec)
         build = lambda: ReferencePlayer(build_system(attribute), reference)  # noqa: E731
-    runner = SandboxRunner(build, system_version=settings["system_version"], timeout_s=settings["timeout_s"])
+    runner = SandboxRunner(build, system_version=settings.version, timeout_s=settings.timeout_s)
     return runner, SystemFacts(version=reported_version(attribute), replayable=can_replay(runner.system))
 
 
-def work(settings: dict[str, Any], channel: socket.socket) -> None:
+def work(settings: SandboxSettings, channel: socket.socket) -> None:
     """A worker's life: build the system, then one case per line until the channel closes."""
     try:
         runner, facts = start(settings)
@@ -99,14 +120,16 @@ def work(settings: dict[str, Any], channel: socket.socket) -> None:
         send(channel, WorkerMessage(failed=error.problems))
         leave()
     except BaseException as error:  # noqa: BLE001 - SystemExit too: one line, never an exit
-        where = f"{Path(settings['spec']['project_root']) / PROJECT_FILE}: system.callable"
-        problem = f"{where}: building {settings['spec']['callable']} failed: {type(error).__name__}: {error}"
+        where = f"{Path(settings.spec.project_root) / PROJECT_FILE}: system.callable"
+        problem = f"{where}: building {settings.spec.callable} failed: {type(error).__name__}: {error}"
         send(channel, WorkerMessage(failed=[problem]))
         leave()
     send(channel, WorkerMessage(ready=facts))
+    refusal = version_refusal(settings, facts.version)
     for line in channel.makefile("rb"):
         try:
-            answer = serve(runner, TASKS.validate_json(line))
+            task = TASKS.validate_json(line)
+            answer = serve(runner, task) if refusal is None else refused(task, settings.version, refusal)
         except SystemExit as leaving:  # the system asked its process to end: it does
             leave(exit_code(leaving))
         except Exception as error:  # the task itself could not be served (never the system's failures)
@@ -181,7 +204,7 @@ def fork_server(control: socket.socket) -> None:
                 for other in channels.values():
                     other.close()
                 os.setsid()
-                work(json.loads(message), channel)
+                work(SandboxSettings.from_json(json.loads(message)), channel)
             channels[pid] = channel
             control.send(json.dumps({"pid": pid}).encode())
         report_ended(channels)
