@@ -28,7 +28,7 @@ from ..store.layout import StoredTableError, read_table
 from ..store.tables import case_table, reusable_copies
 from ..project import load_project
 from ..run.certification import CERTIFICATION_RUN
-from ..run.system import current_system_version
+from ..run.system import ResolvedSystem, current_system_version
 from . import CERTIFY_JOB, EVALUATE_JOB, build_definitions, versions_partitions
 from .instance import claim_instance, instance_lock, project_instance, project_location
 
@@ -65,6 +65,7 @@ def run_evaluation(
     ungated: bool = False,
     instance: DagsterInstance | None = None,
     log_level: str = "CRITICAL",
+    system: ResolvedSystem | None = None,  # the CLI's resolved system (accepted, not used yet)
 ) -> EvaluationRun:
     """Materialize the whole graph for the system's current version.
 
