@@ -17,7 +17,15 @@ from ..read.export import write_jsonl, write_jsonl_to
 from ..read.reports import stored_trial_summaries, write_html_report
 from ..read.results import VersionResults, load_results
 from ..store.layout import StorageWriteError, output_dir, stored_partitions, write_text_file
-from .options import PROJECT_OPTION, VERSION_OPTION, CommandFailed, check_output_file, checked_version, stored_results, stored_version
+from .options import (
+    PROJECT_OPTION,
+    VERSION_OPTION,
+    CommandFailed,
+    check_output_file,
+    checked_version,
+    stored_results,
+    stored_version,
+)
 from .render import compact_table, console, error_console
 
 EXPORT_SUFFIXES = {"jsonl": "jsonl", "junit": "xml", "markdown": "md"}
