@@ -201,12 +201,12 @@ def test_a_version_is_never_a_path(desk, command):
     planted = desk / ".oloproof" / "tables" / "x.parquet"
     shutil.copy(desk / ".oloproof" / "tables" / "gate" / "1.0.0.parquet", planted)
     finished = oloproof(*command.split(), "--version", "../x", cwd=desk)
-    one_error_line(finished, 2, "'../x' is not a version")
+    one_error_line(finished, 2, "'../x' is not a valid version")
     assert not list(desk.rglob("*x.html")) and not list(desk.rglob("results-*x*"))
 
 
 def test_compare_refuses_a_version_that_is_a_path(desk):
-    one_error_line(oloproof("compare", "1.0.0", "../../outside", cwd=desk), 2, "'../../outside' is not a version")
+    one_error_line(oloproof("compare", "1.0.0", "../../outside", cwd=desk), 2, "'../../outside' is not a valid version")
 
 
 # -- 2. ordinary faults: one line, the right exit code ---------------------------------------

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from oloproof_pipeline.cli import example_names
+from oloproof_pipeline.cli.init import example_names
 from oloproof_pipeline.defs.launch import run_evaluation
 from oloproof_pipeline.model.cases import load_cases
 from oloproof_pipeline.model.errors import ProjectError

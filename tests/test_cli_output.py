@@ -15,7 +15,7 @@ import pytest
 from rich.console import Console
 
 from conftest import write_project
-from oloproof_pipeline.cli import gate_table
+from oloproof_pipeline.cli.gate import gate_table
 from oloproof_pipeline.store.layout import read_table
 from oloproof_pipeline.store.tables import GATE_NESTED, rows_from_frame
 

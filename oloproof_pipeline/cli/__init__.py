@@ -1,0 +1,89 @@
+"""The `oloproof` command: the same Dagster assets, headless, against the project's instance.
+
+One module per command family (`init`, `run`, `gate`, `inspect`, `results`: report, export
+and compare, `labels`, `certify`); `render` and `options` are what they share. Commands are
+registered here, in the order `--help` lists them."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import traceback
+
+import typer
+from typer.exceptions import TyperException
+
+from ..model.errors import ProjectError
+from ..model.outcomes import EXIT_ALLOW, EXIT_INCOMPLETE, EXIT_USAGE
+from ..store.journal import log as evidence_log
+from ..store.layout import StorageWriteError, StoredTableError
+from .certify import certify
+from .gate import gate
+from .init import init
+from .inspect import inspect
+from .labels import labels_app
+from .options import CommandFailed, app
+from .render import console, error_console, fail
+from .results import compare, export, report
+from .run import run
+
+__all__ = ["app", "main"]
+
+for command in (init, run, gate, inspect, report, export, compare, certify):
+    app.command()(command)
+app.add_typer(labels_app, name="labels")
+
+
+class WarningLines(logging.Handler):
+    """Warnings about stored evidence (a skipped journal line, a table rebuilt from its
+    journal) as one `warning:` line each, each said once however often it is found."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.said: set[str] = set()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if message not in self.said:
+            self.said.add(message)
+            error_console.print(f"[yellow]warning:[/yellow] {message}", highlight=False, soft_wrap=True)
+
+
+def usage_error_line(error: TyperException) -> str:
+    """click's usage error as one line: the problem and where to read the usage."""
+    context = getattr(error, "ctx", None)
+    command = context.command_path if context is not None else "oloproof"
+    return f"{error.format_message()} (see `{command} --help`)"
+
+
+def main() -> None:
+    """Entry point: known failures print one readable line and a distinct exit code."""
+    evidence_log.addHandler(WarningLines())
+    evidence_log.propagate = False
+    try:
+        # Outside standalone mode click returns a typer.Exit's code instead of exiting.
+        result = app(standalone_mode=False)
+        sys.exit(result if isinstance(result, int) else EXIT_ALLOW)
+    except ProjectError as error:
+        for problem in error.problems:
+            error_console.print(f"[red]error:[/red] {problem}", highlight=False, soft_wrap=True)
+        sys.exit(EXIT_USAGE)
+    except CommandFailed as error:
+        fail(str(error), error.exit_code)
+    except (StoredTableError, StorageWriteError) as error:
+        fail(str(error), EXIT_INCOMPLETE)
+    except OSError as error:  # a full disk, a read-only folder, a path that is not a folder
+        where = f"{error.filename}: " if error.filename else ""
+        fail(f"{where}{error.strerror or error}", EXIT_INCOMPLETE)
+    except (typer.Abort, KeyboardInterrupt):
+        error_console.print("aborted")
+        sys.exit(130)
+    except TyperException as error:  # click's own errors; typer bundles its click as typer._click
+        if type(error).__name__ == "NoArgsIsHelpError":
+            console.print(error.format_message(), highlight=False)  # the help text itself
+            sys.exit(EXIT_USAGE)
+        fail(usage_error_line(error), EXIT_USAGE if error.exit_code == EXIT_USAGE else EXIT_INCOMPLETE)
+    except Exception as error:
+        # A bug, not a verdict: show where, and never exit with a code that reads as a gate.
+        traceback.print_exc()
+        fail(f"internal error: {type(error).__name__}: {error}", EXIT_INCOMPLETE)

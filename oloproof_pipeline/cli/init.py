@@ -1,0 +1,57 @@
+"""`oloproof init`: a new project copied from one of the examples the package ships."""
+
+from __future__ import annotations
+
+import shutil
+from importlib import resources
+from pathlib import Path
+
+import typer
+
+from ..model.outcomes import EXIT_USAGE
+from ..store.layout import OUTPUT_DIR
+from .options import CommandFailed, check_writable_under
+from .render import console
+
+EXAMPLES_PACKAGE = "oloproof_pipeline.example_project"
+
+
+def example_names() -> list[str]:
+    root = resources.files(EXAMPLES_PACKAGE)
+    return sorted(
+        entry.name.replace("_", "-")
+        for entry in root.iterdir()
+        if entry.is_dir() and entry.joinpath("oloproof.yaml").is_file()
+    )
+
+
+def init(
+    directory: Path = typer.Argument(Path("."), help="Where to put the new project."),
+    example: str = typer.Option(..., "--example", help="An example's name, or 'list' to name them."),
+) -> None:
+    """Start a project from one of the bundled examples."""
+    names = example_names()
+    if example == "list":
+        for name in names:
+            console.print(name)
+        return
+    if example not in names:
+        raise CommandFailed(f"no example named {example!r} (examples: {', '.join(names)})", EXIT_USAGE)
+    check_new_project_folder(directory)
+    source = resources.files(EXAMPLES_PACKAGE).joinpath(example.replace("-", "_"))
+    with resources.as_file(source) as source_path:
+        shutil.copytree(
+            source_path, directory, dirs_exist_ok=True, ignore=shutil.ignore_patterns(OUTPUT_DIR, "__pycache__")
+        )
+    console.print(f"Created {directory} from the {example} example. Next: cd {directory} && oloproof run")
+
+
+def check_new_project_folder(directory: Path) -> None:
+    """`init` writes only into a new or empty folder: never over a file or through a broken link."""
+    if directory.is_symlink() and not directory.exists():
+        raise CommandFailed(f"{directory}: a link to {directory.readlink()}, which does not exist; choose a new folder", EXIT_USAGE)
+    if directory.exists() and not directory.is_dir():
+        raise CommandFailed(f"{directory}: is a file, not a folder; choose a new folder", EXIT_USAGE)
+    if directory.is_dir() and any(directory.iterdir()):
+        raise CommandFailed(f"{directory}: folder is not empty; choose a new one", EXIT_USAGE)
+    check_writable_under(directory, "init")

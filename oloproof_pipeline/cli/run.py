@@ -1,0 +1,164 @@
+"""`oloproof run`: check the project's files, answer an unchanged rerun from its stamp, else
+resolve the system once and launch the Dagster run; then print what the run did and the gate.
+
+Dagster is imported only once a launch is certain, so a bad file or an up-to-date version
+is answered in a fraction of the time."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from ..model.config import check_release_policy
+from ..model.fingerprints import run_inputs_digest
+from ..model.outcomes import EXIT_INCOMPLETE, EXIT_MEANINGS
+from ..project import load_project
+from ..read.document import RunSummary, failed_run_document, run_document
+from ..store.stamps import RunStamp, forget_run_stamp, unchanged_since, write_run_stamp
+from .gate import exit_with_document, gate_json, show_flagged_buckets, show_gate
+from .launching import instance_writes, journal_progress, stdout_to_stderr
+from .options import JSON_OPTION, PROJECT_OPTION, CommandFailed
+from .render import console, print_json
+
+
+def run(
+    project: Path = PROJECT_OPTION,
+    fresh: bool = typer.Option(False, "--fresh", help="Re-record every case, ignoring stored recordings."),
+    ungated: bool = typer.Option(
+        False, "--ungated", help="Record and judge without a release policy: print the verdict counts, decide nothing, exit 0."
+    ),
+    verbose: bool = typer.Option(False, "--verbose", help="Show Dagster's log as the run goes."),
+    launch: bool = typer.Option(
+        False, "--launch", help="Launch a Dagster run even when nothing changed since the last complete one."
+    ),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Record, judge and gate the system's current version; exit with the gate's code."""
+    # A bad file is found before Dagster is even imported, and before the system is.
+    evaluated = load_project(project)
+    check_release_policy(evaluated, ungated=ungated)
+    root = project.resolve()
+    inputs_digest = run_inputs_digest(evaluated)
+
+    def shown_unchanged(version: str | None) -> bool:
+        """Nothing changed since the last complete run of `version`: its results are shown."""
+        stamp = None if fresh or launch or version is None else unchanged_since(
+            root, version=version, ungated=ungated, inputs_digest=inputs_digest
+        )
+        if stamp is not None:
+            show_unchanged_run(root, stamp, as_json=as_json)
+        return stamp is not None
+
+    # A version declared in oloproof.yaml, with the system's code as the last complete run of
+    # it left it, is the version the code reports: nothing to import to know there is nothing
+    # to do. Otherwise the system says its version first, once, for the whole launch.
+    declared = evaluated.config.system.version
+    if shown_unchanged(declared):
+        return
+    from ..run.supervisor import start_fork_server  # the system layer (httpx): only a launch needs it
+    from ..run.system import resolve_system  # the system layer, as above
+
+    start_fork_server()  # the system's worker processes get ready while Dagster is imported
+    system = resolve_system(evaluated)  # imports the system only when no version is declared
+    if declared is None and shown_unchanged(system.version):
+        return
+    forget_run_stamp(root, system.version)
+    from ..defs.launch import run_evaluation  # Dagster: only now that a run is launched
+
+    with stdout_to_stderr(enabled=as_json):
+        with journal_progress(root, system.version, enabled=not (verbose or as_json)), instance_writes(project):
+            evaluation = run_evaluation(
+                project, fresh=fresh, ungated=ungated, log_level="INFO" if verbose else "CRITICAL", system=system
+            )
+    summary = run_summary(root, evaluation.version, evaluation.run_id)
+    if not evaluation.errors and summary.complete():
+        write_run_stamp(root, version=evaluation.version, ungated=ungated, inputs_digest=inputs_digest,
+                        run_id=evaluation.run_id, dagster_dev=summary.dagster_dev)
+    if evaluation.errors:
+        if as_json:
+            print_json(failed_run_document(evaluation.version, evaluation.run_id, evaluation.errors, summary))
+        # One line: what failed, then which run (its whole log is in the instance).
+        raise CommandFailed(
+            f"{'; '.join(evaluation.errors)} (Dagster run {evaluation.run_id} failed: {EXIT_MEANINGS[EXIT_INCOMPLETE]})",
+            EXIT_INCOMPLETE,
+        )
+    if as_json:
+        exit_with_document(run_document(gate_json(root, evaluation.version, ungated=ungated), evaluation.run_id, summary))
+    console.print(
+        f"Dagster run {evaluation.run_id} evaluated version {evaluation.version}: {counts_text(summary)}.",
+        highlight=False,
+    )
+    for line in summary.why() or ["nothing changed: every recording, replay and verdict was reused"]:
+        console.print(f"  {line}", highlight=False, soft_wrap=True)
+    for line in where_lines(summary):
+        console.print(line, highlight=False, soft_wrap=True)
+    show_flagged_buckets(project, evaluation.version)
+    show_gate(project, evaluation.version, ungated=ungated)
+
+
+def show_unchanged_run(project_root: Path, stamp: RunStamp, *, as_json: bool) -> None:
+    """A rerun with nothing changed launches nothing: the stored results are the ones a run
+    would reuse, so they are shown as they stand, with the run that made them."""
+    summary = RunSummary(project_root, stamp.version, {}, dagster_dev=stamp.dagster_dev)
+    why = (f"nothing changed since Dagster run {stamp.run_id} completed at {stamp.finished_at}: "
+           "no run launched, nothing recorded, replayed or judged (--launch runs it anyway)")
+    if as_json:
+        gate = gate_json(project_root, stamp.version, ungated=stamp.ungated)
+        exit_with_document(run_document(gate, stamp.run_id, summary, why=[why]))
+    verdicts = summary.counts()["verdicts"]
+    console.print(
+        f"Version {stamp.version} is up to date: " + ", ".join(f"{count} {outcome}" for outcome, count in verdicts.items()) + ".",
+        highlight=False,
+    )
+    console.print(f"  {why}", highlight=False, soft_wrap=True)
+    for line in where_lines(summary):
+        console.print(line, highlight=False, soft_wrap=True)
+    show_flagged_buckets(project_root, stamp.version)
+    show_gate(project_root, stamp.version, ungated=stamp.ungated)
+
+
+def run_summary(project_root: Path, version: str, run_id: str) -> RunSummary:
+    """What the run did, from the metadata of its materializations in the instance."""
+    from dagster import DagsterEventType  # Dagster: only a launch needs it (imported by then)
+
+    from ..defs.instance import project_instance  # Dagster, as above
+
+    metadata: dict[str, dict[str, Any]] = {}
+    for entry in project_instance(project_root).all_logs(run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION):
+        materialization = entry.asset_materialization
+        if materialization is not None:
+            metadata[materialization.asset_key.path[-1]] = {key: value.value for key, value in materialization.metadata.items()}
+    return RunSummary(project_root, version, metadata, dagster_dev=dagster_dev_command(project_root))
+
+
+def dagster_dev_command(project_root: Path) -> str:
+    """The README's line with this project's own paths: the instance the run is in."""
+    from ..defs.instance import instance_home  # Dagster: only a launch needs it (imported by then)
+
+    home = f"DAGSTER_HOME={shlex.quote(str(instance_home(project_root)))}"
+    definitions = project_root / "definitions.py"
+    if definitions.is_file():
+        return f"{home} dagster dev -f {shlex.quote(str(definitions))}"
+    return (f"{home} dagster dev -f definitions.py  (a definitions.py in {project_root} with "
+            "`defs = build_definitions(Path(__file__).parent)`, as the README shows)")
+
+
+def counts_text(summary: RunSummary) -> str:
+    counts = summary.counts()
+    failed = lambda count: f", {count} failed" if count else ""  # noqa: E731
+    verdicts = counts["verdicts"]
+    return (
+        f"recorded {counts['cases_recorded']} cases and reused {counts['cases_reused']}{failed(counts['cases_failed'])}; "
+        f"replayed {counts['replays_run']} and reused {counts['replays_reused']}{failed(counts['replays_failed'])}; "
+        f"judged {counts['verdicts_judged']} verdicts and reused {counts['verdicts_reused']} ("
+        + ", ".join(f"{count} {outcome}" for outcome, count in verdicts.items()) + ")"
+    )
+
+
+def where_lines(summary: RunSummary) -> list[str]:
+    report = summary.report_path()
+    lines = [f"Report: {report}"] if report else []
+    return [*lines, f"Open the run in Dagster: {summary.dagster_dev}"]
