@@ -10,10 +10,11 @@ import typer
 from rich.table import Table
 
 from ..model.outcomes import EXIT_USAGE
-from ..read.reports import call_text, case_panel, short_run_id
+from ..read.reports import case_panel
 from ..read.results import load_replays
+from ..read.wording import call_text, json_text, short_run_id
 from .options import PROJECT_OPTION, VERSION_OPTION, CommandFailed, did_you_mean, stored_results
-from .render import DECISION_STYLES, console, json_text
+from .render import DECISION_STYLES, console
 
 
 def inspect(

@@ -41,11 +41,6 @@ def print_json(document: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-def json_text(value) -> str:
-    """A stored value as one line of JSON, keys sorted."""
-    return json.dumps(value, ensure_ascii=False, sort_keys=True)
-
-
 def compact_table(title: str) -> Table:
     """A titled table with a rule under its header and no edges: narrow enough for 80 columns."""
     return Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,

@@ -26,7 +26,7 @@ from ..model.outcomes import (
 from ..model.fingerprints import frame_digest
 from ..model.trials import split_trial_metric
 from ..store.tables import GATE_NESTED, GATE_SCHEMA, models_to_frame, null_to_none, rows_from_frame
-from .formatting import format_bar, format_bound_against_bar
+from .formatting import format_bar, format_bound_against_bar, format_rate
 from .statistics import BlockingReason, RateEstimate, rate_from_outcomes
 from .trials import all_trials, trial_rate
 from .suite_size import SUITE_SIZE_CAP, BarKind, suite_size_to_decide
@@ -291,7 +291,7 @@ def _cell(text: str) -> str:
 
 
 def _number(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.3f}"
+    return format_rate(value, missing="n/a")
 
 
 def _rule_row(rule: RuleDecision) -> str:

@@ -30,6 +30,7 @@ from ..model.slicing import SliceSpec, parse_slice_spec
 from ..store.reuse import Reuse, stored_if_digest
 from ..store.stored import StoredTable
 from ..store.tables import SLICES_SCHEMA, frame_from_rows, null_to_none, rows_from_frame
+from .formatting import format_rate
 from .statistics import benjamini_yekutieli, exact_rate
 
 SLICE_FDR = 0.1
@@ -211,15 +212,6 @@ def _mark_differences(rows: list[SliceRow], fdr: float) -> list[SliceRow]:
     return rows
 
 
-def project_slices(
-    project: Project, verdicts: pd.DataFrame, cases: list[CaseRecord], runs: list[RecordedRun]
-) -> list[SliceRow]:
-    """The project's slices over one version's verdicts and recordings."""
-    by_id, runs_by_id = {case.case_id: case for case in cases}, {run.case_id: run for run in runs}
-    facts = {case_id: facts_of(by_id.get(case_id), runs_by_id.get(case_id)) for case_id in set(by_id) | set(runs_by_id)}
-    return project_slices_of(project, verdicts, facts)
-
-
 def project_slices_of(project: Project, verdicts: pd.DataFrame, facts: dict[str, CaseFacts]) -> list[SliceRow]:
     """The project's slices over one version's verdicts, from each case's facts."""
     return slice_rows_of(
@@ -280,7 +272,7 @@ def slice_table(rows: list[SliceRow], *, version: str, sliced_by_run: str | None
 
 
 def _number(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}"
+    return format_rate(value)
 
 
 def _mark(row: SliceRow) -> str:

@@ -4,6 +4,7 @@ before any evaluator looks at a case (copies excluded, failed recordings MISSING
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -61,6 +62,11 @@ class Evaluator:
 
     def __init__(self, config: EvaluatorConfig):
         self.config = config
+
+    def project_code_files(self, project_root: Path) -> list[Path]:
+        """The project's own files this evaluator runs (a python grader's module): its verdicts'
+        key covers them as it covers the evaluator's code."""
+        return []
 
     @property
     def criterion(self) -> str:

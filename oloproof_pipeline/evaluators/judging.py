@@ -39,7 +39,6 @@ from ..store.tables import (
     rows_of,
 )
 from .base import Evaluator, JudgingContext
-from .python_grader import PythonGrader
 
 # Clusters (a source and its copies) judged together: a copy is judged against its source's
 # recording, and the models of one chunk are dropped before the next is parsed.
@@ -112,10 +111,7 @@ def evaluator_code_files(evaluator: Evaluator, project_root: Path) -> list[Path]
         if isinstance(name, str) and name.startswith(package + "."):
             used.add(name)
     files = [Path(inspect.getfile(sys.modules[name])) for name in sorted(used) if name in sys.modules]
-    if isinstance(evaluator, PythonGrader):
-        module_name = evaluator.config.function.partition(":")[0]
-        files.append(project_root.joinpath(*module_name.split(".")).with_suffix(".py"))
-    return files
+    return files + evaluator.project_code_files(project_root)
 
 
 def evaluator_digests(project: Project) -> list[str]:

@@ -90,6 +90,10 @@ class PythonGrader(Evaluator):
         self._where = "oloproof.yaml: evaluators: function"
         self._function: Callable[..., Any] | None = None
 
+    def project_code_files(self, project_root: Path) -> list[Path]:
+        module_name = self.config.function.partition(":")[0]
+        return [project_root.joinpath(*module_name.split(".")).with_suffix(".py")]
+
     def default_criterion(self) -> str:
         return self.config.function.rpartition(":")[2]
 

@@ -18,7 +18,6 @@ from ..model.trials import FIRST_TRIAL
 from ..store.layout import table_path, write_table_file
 from ..store.stored import StoredTable
 from ..store.tables import TRIAL_VERDICTS_SCHEMA, frame_from_rows
-from .fault_recovery import FaultRecovery
 from .judging import VerdictSummary, judge_verdict_table
 
 TABLE = "trial_verdicts"
@@ -30,7 +29,7 @@ def later_trials(project: Project) -> range:
 
 
 def _repeated(project: Project) -> Project:
-    return replace(project, evaluators=[each for each in project.evaluators if not isinstance(each, FaultRecovery)])
+    return replace(project, evaluators=[each for each in project.evaluators if not each.replay_driven])
 
 
 def of_trial(frame: pd.DataFrame, trial: int) -> pd.DataFrame:

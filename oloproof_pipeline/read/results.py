@@ -10,7 +10,7 @@ from typing import Any, Iterable
 import pandas as pd
 
 from ..model.errors import ProjectError
-from ..model.outcomes import FAIL, MISSING, OUTCOMES
+from ..model.outcomes import OUTCOMES
 from ..store.layout import read_table, stored_partitions
 from ..store.tables import (
     CASE_NESTED,
@@ -122,11 +122,6 @@ class VersionResults:
     def gate_decision(self) -> str | None:
         gate = self.gate_table
         return None if gate is None or gate.empty else gate["gate_decision"].iloc[0]
-
-    def failing_case_ids(self) -> set[str]:
-        """Cases with a FAIL or MISSING verdict (from the outcome column alone)."""
-        verdicts = self.verdict_table
-        return set(verdicts.loc[verdicts["outcome"].isin([FAIL, MISSING]), "case_id"])
 
 
 def _rows(frame: pd.DataFrame | None, nested: tuple[str, ...]) -> list[dict[str, Any]]:
