@@ -82,29 +82,32 @@ def run_evaluation(
     validate_cases(project)
     if system is None:
         system = resolve_system(project)
-    version = system.version
     instance = instance or project_instance(project.root)
     claim_instance(project.root, instance)
     definitions = build_definitions(project)
-    ensure_version_partition(instance, versions_partitions(project).name, version)
-    run_config = {
-        "ops": {recording_op_name(project.dagster_name): {"config": {"fresh": fresh}}},
-        # The whole log stays in the instance (see it in `dagster dev`); the console shows
-        # only what `log_level` lets through.
-        "loggers": {"console": {"config": {"log_level": log_level}}},
-    }
-    job = definitions.resolve_job_def(EVALUATE_JOB)
+    ensure_version_partition(instance, versions_partitions(project).name, system.version)
+    run_config = {"ops": {recording_op_name(project.dagster_name): {"config": {"fresh": fresh}}}}
+    tags = {PARTITION_NAME_TAG: system.version, SYSTEM_TAG: system.as_tag(), LAUNCHED_BY_TAG: "oloproof run"}
+    return launch_job(project, instance, definitions.resolve_job_def(EVALUATE_JOB), system.version,
+                      run_config=run_config, tags=tags, log_level=log_level)
+
+
+def launch_job(
+    project: Project, instance: DagsterInstance, job: JobDefinition, version: str, *,
+    run_config: dict, tags: dict[str, str], log_level: str,
+) -> EvaluationRun:
+    """Run `job` in this process against the project's instance, as the code location
+    `dagster dev` serves would, with the loaded project handed to the run's resource."""
+    # The whole log stays in the instance (see it in `dagster dev`); the console shows only
+    # what `log_level` lets through.
+    run_config = {**run_config, "loggers": {"console": {"config": {"log_level": log_level}}}}
     run = instance.create_run_for_job(
-        job,
-        run_config=run_config,
-        tags={**job.run_tags, PARTITION_NAME_TAG: version, SYSTEM_TAG: system.as_tag(), LAUNCHED_BY_TAG: "oloproof run"},
+        job, run_config=run_config, tags={**job.run_tags, **tags},
         remote_job_origin=located_job_origin(project.root, job),
     )
     with loaded_for_run(run.run_id, project):
         result = execute_run(InMemoryJob(job), run, instance, raise_on_error=False)
-    return EvaluationRun(
-        run_id=result.run_id, version=version, success=result.success, errors=step_errors(result)
-    )
+    return EvaluationRun(run_id=result.run_id, version=version, success=result.success, errors=step_errors(result))
 
 
 def located_job_origin(project_root: Path, job: JobDefinition) -> RemoteJobOrigin | None:
@@ -158,12 +161,5 @@ def run_certification(
     instance = instance or project_instance(project.root)
     claim_instance(project.root, instance)
     job = build_definitions(project).resolve_job_def(CERTIFY_JOB)
-    run = instance.create_run_for_job(
-        job,
-        run_config={"loggers": {"console": {"config": {"log_level": log_level}}}},
-        tags={**job.run_tags, LAUNCHED_BY_TAG: "oloproof certify"},
-        remote_job_origin=located_job_origin(project.root, job),
-    )
-    with loaded_for_run(run.run_id, project):
-        result = execute_run(InMemoryJob(job), run, instance, raise_on_error=False)
-    return EvaluationRun(run_id=result.run_id, version=CERTIFICATION_RUN, success=result.success, errors=step_errors(result))
+    return launch_job(project, instance, job, CERTIFICATION_RUN, run_config={},
+                      tags={LAUNCHED_BY_TAG: "oloproof certify"}, log_level=log_level)
