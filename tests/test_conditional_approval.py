@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -25,14 +22,9 @@ from oloproof_pipeline.model.trajectory import ToolChange
 from oloproof_pipeline.model.trajectory import plain_json
 
 from conftest import REPO, write_project
+from helpers import oloproof
 
 EXAMPLE = REPO / "example_project" / "conditional_approval"
-OLOPROOF = str(Path(sys.executable).parent / "oloproof-pipeline")
-
-
-def oloproof(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    environment = {key: value for key, value in os.environ.items() if key != "DAGSTER_HOME"}
-    return subprocess.run([OLOPROOF, *args], cwd=cwd, capture_output=True, text=True, timeout=300, env=environment)
 
 
 def runner_for(root: Path) -> tuple:
