@@ -32,18 +32,30 @@ def refund_desk(tmp_path: Path) -> Path:
     return copy_project(EXAMPLE, tmp_path / "refund_desk")
 
 
-@pytest.fixture(scope="session")
-def evaluated_example(tmp_path_factory):
-    """The refund desk made by `oloproof init` and evaluated once by `oloproof run --json` (its
-    gate BLOCKs, exit 1), with its own Dagster instance under .oloproof/: once per test worker.
-    Returns the project folder and the finished run. Only for tests that READ what it stored;
-    a test that changes anything works on `evaluated_desk`, a copy."""
-    root = tmp_path_factory.mktemp("evaluated") / "refund_desk"
-    created = oloproof("init", str(root), "--example", "stateful-agent", cwd=root.parent)
+def evaluated_by_cli(tmp_path_factory, example: str):
+    """`oloproof init --example <example>`, then one `oloproof run --json` (both examples' gates
+    BLOCK: exit 1), recorded in the project's own Dagster instance under .oloproof/."""
+    root = tmp_path_factory.mktemp("evaluated") / example.replace("-", "_")
+    created = oloproof("init", str(root), "--example", example, cwd=root.parent)
     assert created.returncode == 0, created.stdout + created.stderr
     ran = oloproof("run", "--json", cwd=root)
     assert ran.returncode == 1, ran.stdout + ran.stderr
     return root, ran
+
+
+@pytest.fixture(scope="session")
+def evaluated_example(tmp_path_factory):
+    """The refund desk evaluated once by the CLI, once per test worker: the project folder and
+    the finished `run --json`. Only for tests that READ what it stored; a test that changes
+    anything works on `evaluated_desk`, a copy."""
+    return evaluated_by_cli(tmp_path_factory, "stateful-agent")
+
+
+@pytest.fixture(scope="session")
+def evaluated_approvals(tmp_path_factory):
+    """The conditional-approval example evaluated once by the CLI, once per test worker, for
+    tests that only READ what it stored."""
+    return evaluated_by_cli(tmp_path_factory, "conditional-approval")
 
 
 @pytest.fixture(scope="session")
@@ -55,6 +67,7 @@ def evaluated_in_instance(tmp_path_factory):
 
     folder = tmp_path_factory.mktemp("evaluated_in_instance")
     root = copy_project(EXAMPLE, folder / "refund_desk")
+    (folder / "instance").mkdir()
     with DagsterInstance.local_temp(tempdir=str(folder / "instance")) as instance:
         yield root, instance, run_evaluation(root, instance=instance)
 

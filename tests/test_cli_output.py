@@ -24,12 +24,9 @@ EXAMPLES = ("stateful-agent", "conditional-approval")
 
 
 @pytest.fixture(scope="module")
-def examples(evaluated_example, tmp_path_factory) -> dict[str, tuple[Path, subprocess.CompletedProcess]]:
-    """Both examples, each evaluated once with `run --json` (the refund desk is the one shared by
-    the test worker, see conftest)."""
-    root = tmp_path_factory.mktemp("output") / "conditional-approval"
-    assert oloproof("init", str(root), "--example", "conditional-approval", cwd=root.parent).returncode == 0
-    return {"stateful-agent": evaluated_example, "conditional-approval": (root, oloproof("run", "--json", cwd=root))}
+def examples(evaluated_example, evaluated_approvals) -> dict[str, tuple[Path, subprocess.CompletedProcess]]:
+    """Both examples, each evaluated once with `run --json` (shared by the test worker, see conftest)."""
+    return {"stateful-agent": evaluated_example, "conditional-approval": evaluated_approvals}
 
 
 # -- JSON ----------------------------------------------------------------------------------
