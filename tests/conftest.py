@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import textwrap
 from pathlib import Path
 
@@ -17,8 +16,7 @@ from dagster import DagsterInstance
 for _name in ("COLUMNS", "LINES"):
     os.environ.pop(_name, None)
 
-REPO = Path(__file__).resolve().parents[1]
-EXAMPLE = REPO / "example_project" / "stateful_agent"
+from helpers import EXAMPLE, REPO, copy_project, oloproof  # noqa: E402,F401 (after COLUMNS is gone; REPO, EXAMPLE re-exported)
 
 
 @pytest.fixture
@@ -31,9 +29,54 @@ def instance(tmp_path):
 @pytest.fixture
 def refund_desk(tmp_path: Path) -> Path:
     """A fresh copy of the refund-desk example."""
-    target = tmp_path / "refund_desk"
-    shutil.copytree(EXAMPLE, target, ignore=shutil.ignore_patterns(".oloproof", "__pycache__"))
-    return target
+    return copy_project(EXAMPLE, tmp_path / "refund_desk")
+
+
+def evaluated_by_cli(tmp_path_factory, example: str):
+    """`oloproof init --example <example>`, then one `oloproof run --json` (both examples' gates
+    BLOCK: exit 1), recorded in the project's own Dagster instance under .oloproof/."""
+    root = tmp_path_factory.mktemp("evaluated") / example.replace("-", "_")
+    created = oloproof("init", str(root), "--example", example, cwd=root.parent)
+    assert created.returncode == 0, created.stdout + created.stderr
+    ran = oloproof("run", "--json", cwd=root)
+    assert ran.returncode == 1, ran.stdout + ran.stderr
+    return root, ran
+
+
+@pytest.fixture(scope="session")
+def evaluated_example(tmp_path_factory):
+    """The refund desk evaluated once by the CLI, once per test worker: the project folder and
+    the finished `run --json`. Only for tests that READ what it stored; a test that changes
+    anything works on `evaluated_desk`, a copy."""
+    return evaluated_by_cli(tmp_path_factory, "stateful-agent")
+
+
+@pytest.fixture(scope="session")
+def evaluated_approvals(tmp_path_factory):
+    """The conditional-approval example evaluated once by the CLI, once per test worker, for
+    tests that only READ what it stored."""
+    return evaluated_by_cli(tmp_path_factory, "conditional-approval")
+
+
+@pytest.fixture(scope="session")
+def evaluated_in_instance(tmp_path_factory):
+    """A copy of the refund desk evaluated once by `run_evaluation` into a temporary Dagster
+    instance of its own: once per test worker, for tests that only READ its tables and events.
+    Returns the project folder, the instance and the evaluation."""
+    from oloproof_pipeline.defs.launch import run_evaluation
+
+    folder = tmp_path_factory.mktemp("evaluated_in_instance")
+    root = copy_project(EXAMPLE, folder / "refund_desk")
+    (folder / "instance").mkdir()
+    with DagsterInstance.local_temp(tempdir=str(folder / "instance")) as instance:
+        yield root, instance, run_evaluation(root, instance=instance)
+
+
+@pytest.fixture
+def evaluated_desk(evaluated_example, tmp_path) -> Path:
+    """A copy of the evaluated refund desk to change or break (its stored tables, journal,
+    Dagster instance and history come along)."""
+    return copy_project(evaluated_example[0], tmp_path / "desk", with_store=True)
 
 
 def write_project(

@@ -1,6 +1,8 @@
 """Bad inputs, as a careless user or a broken disk gives them, through the real `oloproof`
 command: each is one line naming the file (and line) with the right exit code, and nothing
-already recorded is lost.
+already recorded is lost. Failures found before anything runs (a file that does not load, a
+usage error, a stored table that cannot be read) call the command's entry point in-process;
+the rest run the installed command.
 
 Three classes: configurations that could never decide or would pass comparing nothing
 (refused at load, exit 2); ordinary faults (bytes that are not UTF-8, JSON nested too deep,
@@ -23,20 +25,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import EXAMPLE, write_project
-from test_cli import OLOPROOF
+from conftest import write_project
+from helpers import EXAMPLE, copy_project, oloproof, oloproof_in_process
 from oloproof_pipeline.model.records import RecordedRun
 from oloproof_pipeline.store.journal import Journal
 
 RECORDINGS = Path(".oloproof/tables/recorded_runs/1.0.0.parquet")
 RECORDINGS_JOURNAL = Path(".oloproof/journal/recorded_runs/1.0.0.jsonl")
-
-
-def oloproof(*args: str, cwd: Path, preexec_fn=None) -> subprocess.CompletedProcess:
-    environment = {key: value for key, value in os.environ.items() if key != "DAGSTER_HOME"}
-    return subprocess.run(
-        [OLOPROOF, *args], cwd=cwd, capture_output=True, text=True, timeout=300, env=environment, preexec_fn=preexec_fn
-    )
 
 
 def one_error_line(finished: subprocess.CompletedProcess, exit_code: int, *fragments: str) -> str:
@@ -65,22 +60,11 @@ def recorded_by(root: Path) -> set[str]:
     return set(pd.read_parquet(root / RECORDINGS)["recorded_by_run"])
 
 
-@pytest.fixture(scope="module")
-def evaluated(tmp_path_factory) -> Path:
-    """The refund desk, run once: recordings, replays, verdicts and a gate (BLOCK, exit 1)."""
-    root = tmp_path_factory.mktemp("evaluated") / "refund_desk"
-    shutil.copytree(EXAMPLE, root, ignore=shutil.ignore_patterns(".oloproof", "__pycache__"))
-    ran = oloproof("run", cwd=root)
-    assert ran.returncode == 1, ran.stdout + ran.stderr
-    return root
-
-
 @pytest.fixture
-def desk(evaluated, tmp_path) -> Path:
-    """A copy of the evaluated desk to break (its Dagster instance and history come along)."""
-    root = tmp_path / "desk"
-    shutil.copytree(evaluated, root)
-    return root
+def desk(evaluated_desk) -> Path:
+    """A copy of the refund desk run once (recordings, replays, verdicts and a BLOCKing gate),
+    to break; its Dagster instance and history come along."""
+    return evaluated_desk
 
 
 def line_holding(path: Path, text: str) -> int:
@@ -163,7 +147,7 @@ NEVER_DECIDE = {
 def test_a_configuration_that_could_never_decide_is_refused_at_load(desk, name):
     before = evidence(desk)
     fragments = NEVER_DECIDE[name](desk)
-    finished = oloproof("run", cwd=desk)
+    finished = oloproof_in_process("run", cwd=desk)
     one_error_line(finished, 2, *fragments)
     assert finished.stdout == ""
     assert evidence(desk) == before  # refused before anything ran: nothing recorded is touched
@@ -200,13 +184,13 @@ def test_a_version_is_never_a_path(desk, command):
     # A planted gate table one folder up, where `--version ../x` would have looked.
     planted = desk / ".oloproof" / "tables" / "x.parquet"
     shutil.copy(desk / ".oloproof" / "tables" / "gate" / "1.0.0.parquet", planted)
-    finished = oloproof(*command.split(), "--version", "../x", cwd=desk)
+    finished = oloproof_in_process(*command.split(), "--version", "../x", cwd=desk)
     one_error_line(finished, 2, "'../x' is not a valid version")
     assert not list(desk.rglob("*x.html")) and not list(desk.rglob("results-*x*"))
 
 
 def test_compare_refuses_a_version_that_is_a_path(desk):
-    one_error_line(oloproof("compare", "1.0.0", "../../outside", cwd=desk), 2, "'../../outside' is not a valid version")
+    one_error_line(oloproof_in_process("compare", "1.0.0", "../../outside", cwd=desk), 2, "'../../outside' is not a valid version")
 
 
 # -- 2. ordinary faults: one line, the right exit code ---------------------------------------
@@ -217,13 +201,13 @@ def test_bytes_that_are_not_utf8_are_named_by_file_and_line(desk):
     cases = desk / "data" / "cases.jsonl"
     append_to(cases, b'{"id": "ord-latin1", "input": {"order_id": "x", "message": "caf\xe9"}}\n')
     line = len(cases.read_bytes().splitlines())
-    one_error_line(oloproof("run", cwd=desk), 2, f"{cases}:{line}: not UTF-8 text (byte 0xe9)")
+    one_error_line(oloproof_in_process("run", cwd=desk), 2, f"{cases}:{line}: not UTF-8 text (byte 0xe9)")
 
     cases.write_bytes(cases.read_bytes().replace(b"caf\xe9", b"cafe"))
     config = desk / "oloproof.yaml"
     append_to(config, b"# r\xe9sum\xe9\n")
     line = len(config.read_bytes().splitlines())
-    one_error_line(oloproof("run", cwd=desk), 2, f"{config}:{line}: not UTF-8 text")
+    one_error_line(oloproof_in_process("run", cwd=desk), 2, f"{config}:{line}: not UTF-8 text")
     assert evidence(desk) == before
 
 
@@ -232,7 +216,7 @@ def test_a_json_line_nested_too_deeply_is_one_line(desk, depth):
     cases = desk / "data" / "cases.jsonl"
     append_to(cases, '{"id": "deep", "input": ' + "[" * depth + "]" * depth + "}\n")
     line = len(cases.read_text().splitlines())
-    one_error_line(oloproof("run", cwd=desk), 2, f"{cases}:{line}: invalid JSON: nested more than 100 levels deep")
+    one_error_line(oloproof_in_process("run", cwd=desk), 2, f"{cases}:{line}: invalid JSON: nested more than 100 levels deep")
 
 
 def test_a_callable_that_is_not_callable_is_refused_before_recording(tmp_path):
@@ -265,7 +249,7 @@ def test_an_unreadable_stored_table_is_one_line_naming_it(desk, table, damage):
     readers = {"gate": ["gate"], "verdicts": ["inspect", "report", "export"], "recorded_runs": ["inspect", "report", "export"]}
     for command in readers[table]:
         args = [command, "ord-001"] if command == "inspect" else [command]
-        line = one_error_line(oloproof(*args, cwd=desk), 5, f"{path}: stored table cannot be read")
+        line = one_error_line(oloproof_in_process(*args, cwd=desk), 5, f"{path}: stored table cannot be read")
         assert "`oloproof run` of version '1.0.0' rebuilds it" in line
         if damage == "empty":
             assert "(the file is empty)" in line
@@ -329,8 +313,7 @@ def make_writable(root: Path) -> None:
 
 def test_a_read_only_project_folder_is_one_line_naming_the_path(desk, tmp_path):
     before = evidence(desk)
-    fresh = tmp_path / "never_run"
-    shutil.copytree(EXAMPLE, fresh, ignore=shutil.ignore_patterns(".oloproof", "__pycache__"))
+    fresh = copy_project(EXAMPLE, tmp_path / "never_run")
     make_read_only(desk)
     make_read_only(fresh)
     try:
@@ -351,9 +334,9 @@ def test_a_read_only_project_folder_is_one_line_naming_the_path(desk, tmp_path):
 def test_output_paths_that_cannot_be_written_are_usage_errors(desk, tmp_path):
     (tmp_path / "folder").mkdir()
     (tmp_path / "notes.txt").write_text("keep me")
-    one_error_line(oloproof("report", "-o", str(tmp_path / "folder"), cwd=desk), 2, f"report -o {tmp_path / 'folder'}: is a folder")
+    one_error_line(oloproof_in_process("report", "-o", str(tmp_path / "folder"), cwd=desk), 2, f"report -o {tmp_path / 'folder'}: is a folder")
     one_error_line(
-        oloproof("export", "-o", str(tmp_path / "notes.txt" / "out.jsonl"), cwd=desk), 2,
+        oloproof_in_process("export", "-o", str(tmp_path / "notes.txt" / "out.jsonl"), cwd=desk), 2,
         f"{tmp_path / 'notes.txt'} is a file, not a folder",
     )
     one_error_line(
@@ -362,7 +345,7 @@ def test_output_paths_that_cannot_be_written_are_usage_errors(desk, tmp_path):
     )
     (tmp_path / "dangling").symlink_to(tmp_path / "gone")
     one_error_line(
-        oloproof("init", str(tmp_path / "dangling"), "--example", "stateful-agent", cwd=tmp_path), 2,
+        oloproof_in_process("init", str(tmp_path / "dangling"), "--example", "stateful-agent", cwd=tmp_path), 2,
         f"{tmp_path / 'dangling'}: a link to {tmp_path / 'gone'}, which does not exist",
     )
     assert (tmp_path / "notes.txt").read_text() == "keep me" and not (tmp_path / "gone").exists()
@@ -385,15 +368,17 @@ USAGE_ERRORS = {
 @pytest.mark.parametrize("name", sorted(USAGE_ERRORS))
 def test_every_usage_error_is_one_line_and_exit_2(tmp_path, name):
     args, fragment = USAGE_ERRORS[name]
-    line = one_error_line(oloproof(*args, cwd=tmp_path), 2, fragment)
+    # One through the installed command; the rest never get past click's parsing.
+    command = oloproof if name == "an unknown command" else oloproof_in_process
+    line = one_error_line(command(*args, cwd=tmp_path), 2, fragment)
     assert line.endswith("--help`)")
 
 
 def test_an_unknown_case_or_version_names_what_exists(desk):
     one_error_line(oloproof("inspect", "ord-999", cwd=desk), 2, "no case 'ord-999'", "did you mean", "ord-009")
     for args in (["inspect", "ord-001"], ["report"], ["export"]):
-        one_error_line(oloproof(*args, "--version", "9.9.9", cwd=desk), 2, "no verdicts stored for version '9.9.9'", "stored: 1.0.0")
-    one_error_line(oloproof("gate", "--version", "1.0.1", cwd=desk), 2, "did you mean 1.0.0?")
+        one_error_line(oloproof_in_process(*args, "--version", "9.9.9", cwd=desk), 2, "no verdicts stored for version '9.9.9'", "stored: 1.0.0")
+    one_error_line(oloproof_in_process("gate", "--version", "1.0.1", cwd=desk), 2, "did you mean 1.0.0?")
     one_error_line(oloproof("compare", "1.0.0", "9.9", cwd=desk), 2, "no verdicts stored for version '9.9'", "stored: 1.0.0")
 
 

@@ -9,7 +9,6 @@ import json
 import os
 import random
 import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -21,12 +20,12 @@ from oloproof_pipeline.evaluators.state_matches import StateComparison
 from oloproof_pipeline.model.paths import ABSENT
 from oloproof_pipeline.store.layout import reports_dir, table_path
 
+from helpers import oloproof
 from test_day_thirty import COUNT_CALLS, NEW_CASE, calls, latest
 
 CRITERIA = 6  # the refund desk's evaluators
 CASES = 72  # 24 sources and their 48 copies
 REPLAYED = 12  # sources that call issue_refund, each replayed twice (control and faulted)
-OLOPROOF = str(Path(sys.executable).with_name("oloproof-pipeline"))
 FIXED_OVERRIDE = ('if "system override" in message.lower():', "if False:")
 
 
@@ -239,8 +238,7 @@ COUNT_CALLS_OUTSIDE = COUNT_CALLS.replace('with_name("calls.log")', 'parent.pare
 
 
 def cli_run(root: Path, *options: str) -> subprocess.CompletedProcess:
-    environment = {key: value for key, value in os.environ.items() if key != "DAGSTER_HOME"}
-    return subprocess.run([OLOPROOF, "run", *options], cwd=root, capture_output=True, text=True, timeout=300, env=environment)
+    return oloproof("run", *options, cwd=root)
 
 
 def dagster_runs(root: Path) -> int:

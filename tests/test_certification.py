@@ -4,11 +4,7 @@ a release policy that requires certified cases leaves them out of the gate (neve
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -32,19 +28,13 @@ from oloproof_pipeline.run.certification import certify_cases, flagged_rows, pla
 from oloproof_pipeline.store.layout import table_path
 
 from conftest import REPO, write_project
+from helpers import oloproof
 
-OLOPROOF = str(Path(sys.executable).parent / "oloproof-pipeline")
 APPROVALS = REPO / "example_project" / "conditional_approval"
 # The example cases whose expectations are deliberately impossible (see the README's examples).
 BROKEN = {"refund_desk": "ord-024", "conditional_approval": "ca-025"}
 # The refund desk's cases whose expected state is their starting state: declined refunds.
 DECLINED = [f"ord-{number:03d}" for number in range(13, 24)]
-
-
-def oloproof(*args: str, cwd: Path, columns: int) -> subprocess.CompletedProcess:
-    environment = {key: value for key, value in os.environ.items() if key != "DAGSTER_HOME"}
-    environment["COLUMNS"] = str(columns)
-    return subprocess.run([OLOPROOF, *args], cwd=cwd, capture_output=True, text=True, timeout=300, env=environment)
 
 
 def flags_by_case(frame: pd.DataFrame) -> dict[str, set[tuple[str, str | None]]]:

@@ -5,19 +5,16 @@ stored tables without running anything."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
 from conftest import write_project
+from helpers import oloproof
 from oloproof_pipeline.read.ci_export import junit_text, junit_tree, previous_version, summary_markdown
 from oloproof_pipeline.read.results import load_results
 
-OLOPROOF = str(Path(sys.executable).parent / "oloproof-pipeline")
 
 # Answers the question asked, except: c4 raises (MISSING), c5 answers wrongly (FAIL), and from
 # version 1.1.0 on c0 answers wrongly too (newly broken).
@@ -41,11 +38,6 @@ EVALUATORS = [
     {"type": "exact_match", "criterion": "answer_correct", "field": "answer", "expected_field": "expected.answer"},
     {"type": "exact_match", "criterion": "tag_correct", "field": "tag", "expected_field": "expected.tag"},
 ]
-
-
-def oloproof(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    environment = {key: value for key, value in os.environ.items() if key != "DAGSTER_HOME"}
-    return subprocess.run([OLOPROOF, *args], cwd=cwd, capture_output=True, text=True, timeout=300, env=environment)
 
 
 @pytest.fixture(scope="module")

@@ -3,19 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pandas as pd
 
-OLOPROOF = str(Path(sys.executable).parent / "oloproof-pipeline")
+from helpers import oloproof, oloproof_in_process
 
-
-def oloproof(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    environment = {key: value for key, value in os.environ.items() if key != "DAGSTER_HOME"}
-    return subprocess.run([OLOPROOF, *args], cwd=cwd, capture_output=True, text=True, timeout=300, env=environment)
 
 
 def decision_lines(output: str) -> list[str]:
@@ -49,9 +41,9 @@ def test_init_run_gate_from_anywhere(tmp_path):
 def test_init_refuses_a_non_empty_folder_and_unknown_examples(tmp_path):
     (tmp_path / "busy").mkdir()
     (tmp_path / "busy" / "file.txt").write_text("keep me")
-    busy = oloproof("init", str(tmp_path / "busy"), "--example", "stateful-agent", cwd=tmp_path)
+    busy = oloproof_in_process("init", str(tmp_path / "busy"), "--example", "stateful-agent", cwd=tmp_path)
     assert busy.returncode == 2 and "not empty" in busy.stderr
-    unknown = oloproof("init", str(tmp_path / "new"), "--example", "nope", cwd=tmp_path)
+    unknown = oloproof_in_process("init", str(tmp_path / "new"), "--example", "nope", cwd=tmp_path)
     assert unknown.returncode == 2 and "no example named 'nope'" in unknown.stderr
 
 
@@ -76,7 +68,7 @@ def test_without_a_release_policy_a_run_must_be_asked_to_be_ungated(tmp_path):
     )
     # A misnamed policy file is no policy: never an ALLOW.
     (project / "release.yml").write_text("version: 1\nrules:\n  - {id: answers, metric: answer_correct, min: 0.9}\n")
-    refused = oloproof("run", cwd=project)
+    refused = oloproof_in_process("run", cwd=project)  # refused at load: no system, no Dagster
     assert refused.returncode == 2 and refused.stdout == ""
     assert refused.stderr.splitlines() == [
         f"error: {project / 'release.yaml'}: file not found, so nothing would be gated; write it "
@@ -105,7 +97,7 @@ def test_without_a_release_policy_a_run_must_be_asked_to_be_ungated(tmp_path):
     # A policy with no rules gates nothing: refused with its line.
     (project / "release.yml").rename(project / "release.yaml")
     (project / "release.yaml").write_text("version: 1\nrules: []\n")
-    empty = oloproof("run", cwd=project)
+    empty = oloproof_in_process("run", cwd=project)
     assert empty.returncode == 2
     assert empty.stderr.splitlines() == [
         f"error: {project / 'release.yaml'}:2: rules: Value error, a release policy needs at least one rule "

@@ -15,30 +15,18 @@ import pytest
 from rich.console import Console
 
 from conftest import write_project
+from helpers import OLOPROOF, cli_environment, oloproof
 from oloproof_pipeline.cli.gate import gate_table
 from oloproof_pipeline.store.layout import read_table
 from oloproof_pipeline.store.tables import GATE_NESTED, rows_from_frame
 
-OLOPROOF = str(Path(sys.executable).parent / "oloproof-pipeline")
 EXAMPLES = ("stateful-agent", "conditional-approval")
 
 
-def oloproof(*args: str, cwd: Path, columns: int | None = None) -> subprocess.CompletedProcess:
-    environment = {key: value for key, value in os.environ.items() if key not in ("DAGSTER_HOME", "COLUMNS")}
-    if columns:
-        environment["COLUMNS"] = str(columns)
-    return subprocess.run([OLOPROOF, *args], cwd=cwd, capture_output=True, text=True, timeout=300, env=environment)
-
-
 @pytest.fixture(scope="module")
-def examples(tmp_path_factory) -> dict[str, tuple[Path, subprocess.CompletedProcess]]:
-    """Both examples, each evaluated once with `run --json`."""
-    ran = {}
-    for name in EXAMPLES:
-        root = tmp_path_factory.mktemp("output") / name
-        assert oloproof("init", str(root), "--example", name, cwd=root.parent).returncode == 0
-        ran[name] = (root, oloproof("run", "--json", cwd=root))
-    return ran
+def examples(evaluated_example, evaluated_approvals) -> dict[str, tuple[Path, subprocess.CompletedProcess]]:
+    """Both examples, each evaluated once with `run --json` (shared by the test worker, see conftest)."""
+    return {"stateful-agent": evaluated_example, "conditional-approval": evaluated_approvals}
 
 
 # -- JSON ----------------------------------------------------------------------------------
@@ -71,8 +59,7 @@ def test_run_json_is_one_document_with_the_gates_exit_code(examples, name):
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_gate_json_pipes_into_json_tool_with_the_exit_code_unchanged(examples, name):
     root, ran = examples[name]
-    environment = {key: value for key, value in os.environ.items() if key != "DAGSTER_HOME"}
-    gate = subprocess.Popen([OLOPROOF, "gate", "--json"], cwd=root, stdout=subprocess.PIPE, env=environment)
+    gate = subprocess.Popen([OLOPROOF, "gate", "--json"], cwd=root, stdout=subprocess.PIPE, env=cli_environment())
     tool = subprocess.run([sys.executable, "-m", "json.tool"], stdin=gate.stdout, capture_output=True, text=True, timeout=120)
     gate.stdout.close()
     assert gate.wait(timeout=120) == 1 == ran.returncode
@@ -179,8 +166,8 @@ def test_long_reasons_wrap_under_the_table_instead_of_being_cropped():
 # -- what `run` says -----------------------------------------------------------------------
 
 
-def test_run_says_what_it_did_and_a_verbose_block_has_no_stack_trace(examples):
-    root, _ = examples["stateful-agent"]
+def test_run_says_what_it_did_and_a_verbose_block_has_no_stack_trace(evaluated_desk):
+    root = evaluated_desk  # a copy: this run adds to its history
     ran = oloproof("run", "--verbose", "--launch", cwd=root)
     assert ran.returncode == 1
     out = ran.stdout

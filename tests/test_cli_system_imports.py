@@ -6,22 +6,14 @@ changed imports it only to learn a version oloproof.yaml does not declare."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
+from helpers import oloproof
 
-OLOPROOF = str(Path(sys.executable).parent / "oloproof-pipeline")
 
 # A cold run of the example (a declared version, one sandbox): the recording worker and the
 # replay worker import it; the CLI, the launch and the stages never do (the run carries the
 # resolved system as a tag, and a worker checks the version it reports).
 COLD_RUN_IMPORTS_AT_MOST = 2
-
-
-def oloproof(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    environment = {key: value for key, value in os.environ.items() if key != "DAGSTER_HOME"}
-    return subprocess.run([OLOPROOF, *args], cwd=cwd, capture_output=True, text=True, timeout=600, env=environment)
 
 
 def logging_imports(project: Path, log: Path) -> None:

@@ -5,14 +5,10 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from dagster import DagsterInstance
 
 from oloproof_pipeline.model.errors import ProjectError
 from oloproof_pipeline.evaluators import JudgingContext, judge_all
@@ -25,14 +21,9 @@ from oloproof_pipeline.model.trajectory import ToolChange
 from oloproof_pipeline.model.trajectory import plain_json
 
 from conftest import REPO, write_project
+from helpers import oloproof
 
 EXAMPLE = REPO / "example_project" / "conditional_approval"
-OLOPROOF = str(Path(sys.executable).parent / "oloproof-pipeline")
-
-
-def oloproof(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    environment = {key: value for key, value in os.environ.items() if key != "DAGSTER_HOME"}
-    return subprocess.run([OLOPROOF, *args], cwd=cwd, capture_output=True, text=True, timeout=300, env=environment)
 
 
 def runner_for(root: Path) -> tuple:
@@ -249,19 +240,10 @@ def test_waiver_rows_are_matched_by_key_and_an_extra_one_fails():
 
 
 @pytest.fixture(scope="module")
-def evaluated(tmp_path_factory) -> Path:
-    """`oloproof init --example conditional-approval`, then one Dagster run of the whole graph."""
-    from oloproof_pipeline.defs.launch import run_evaluation
-
-    parent = tmp_path_factory.mktemp("approvals")
-    created = oloproof("init", "desk", "--example", "conditional-approval", cwd=parent)
-    assert created.returncode == 0, created.stderr
-    root = parent / "desk"
-    (parent / "dagster").mkdir()
-    with DagsterInstance.local_temp(tempdir=str(parent / "dagster")) as instance:
-        evaluation = run_evaluation(root, instance=instance)
-    assert evaluation.errors == []
-    return root
+def evaluated(evaluated_approvals) -> Path:
+    """`oloproof init --example conditional-approval`, then one Dagster run of the whole graph
+    (`oloproof run`, shared by the test worker: see conftest); its gate BLOCKs, nothing failed."""
+    return evaluated_approvals[0]
 
 
 def verdicts_of(root: Path) -> pd.DataFrame:

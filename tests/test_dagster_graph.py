@@ -11,7 +11,6 @@ import pytest
 from dagster import AssetKey
 
 from oloproof_pipeline.defs import EVALUATE_JOB, build_definitions, versions_partitions
-from oloproof_pipeline.defs.launch import run_evaluation
 from oloproof_pipeline.project import load_project
 from oloproof_pipeline.store.layout import table_path
 
@@ -34,8 +33,8 @@ TABLE_COLUMNS = {
 }
 
 
-def test_whole_graph_writes_parquet_with_lineage(refund_desk, instance):
-    evaluation = run_evaluation(refund_desk, instance=instance)
+def test_whole_graph_writes_parquet_with_lineage(evaluated_in_instance):
+    refund_desk, instance, evaluation = evaluated_in_instance
     assert evaluation.version == "1.0.0" and evaluation.errors == []
     tables = {name: pd.read_parquet(table_path(refund_desk, name, None if name == "cases" else "1.0.0")) for name in TABLE_COLUMNS}
     for name, columns in TABLE_COLUMNS.items():
@@ -64,8 +63,8 @@ def test_whole_graph_writes_parquet_with_lineage(refund_desk, instance):
     assert (by_rule.loc["refund_failures", "observed"], by_rule.loc["refund_failures", "excluded"]) == (12, 12)
 
 
-def test_materializations_carry_counts_and_the_gate_table(refund_desk, instance):
-    evaluation = run_evaluation(refund_desk, instance=instance)
+def test_materializations_carry_counts_and_the_gate_table(evaluated_in_instance):
+    refund_desk, instance, evaluation = evaluated_in_instance
     verdicts = instance.get_latest_materialization_event(AssetKey(["refund_desk", "verdicts"]))
     assert verdicts.run_id == evaluation.run_id  # the event links its run; no metadata repeats it
     metadata = verdicts.asset_materialization.metadata
@@ -95,8 +94,8 @@ def test_materializations_carry_counts_and_the_gate_table(refund_desk, instance)
     assert recorded.metadata["cases_new"].value == 72  # 24 sources and 48 copies
 
 
-def test_a_blocked_release_is_a_successful_run_tagged_with_the_decision(refund_desk, instance):
-    evaluation = run_evaluation(refund_desk, instance=instance)
+def test_a_blocked_release_is_a_successful_run_tagged_with_the_decision(evaluated_in_instance):
+    refund_desk, instance, evaluation = evaluated_in_instance
     run = instance.get_run_by_id(evaluation.run_id)
     assert evaluation.success and evaluation.errors == []
     assert run.status.value == "SUCCESS" and run.tags["oloproof/gate"] == "BLOCK"

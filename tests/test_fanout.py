@@ -24,6 +24,7 @@ from oloproof_pipeline.defs.launch import run_evaluation
 from oloproof_pipeline.store.layout import table_path
 
 from conftest import write_project
+from helpers import OLOPROOF, cli_environment
 
 TIMED_APP = """
 import copy
@@ -106,7 +107,6 @@ def test_the_refund_desk_on_two_sandboxes_reaches_the_same_verdicts(refund_desk,
 
 # -- a real scheduler and two real workers -------------------------------------------------------
 
-OLOPROOF = str(Path(sys.executable).parent / "oloproof-pipeline")
 
 # The refund desk, noting which process ran each case; on the first call that finds
 # `kill_me` in the project folder it names its process in `victim` and waits to be killed.
@@ -147,9 +147,8 @@ def traced_copy(refund_desk: Path, name: str, scheduler_address: str | None = No
 
 
 def cli(*args: str, cwd: Path, wait: bool = True):
-    environment = {key: value for key, value in os.environ.items() if key != "DAGSTER_HOME"}
     process = subprocess.Popen(
-        [OLOPROOF, *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment
+        [OLOPROOF, *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_environment()
     )
     return process.communicate(timeout=600) + (process.returncode,) if wait else process
 

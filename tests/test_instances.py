@@ -4,9 +4,7 @@ into an instance kept inside another project's folder."""
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,26 +21,9 @@ from oloproof_pipeline.defs.instance import ensure_home, project_location, works
 from oloproof_pipeline.project import load_project
 
 from conftest import write_project
+from helpers import OLOPROOF, cli_environment, tiny_stateful_app
 
-OLOPROOF = str(Path(sys.executable).parent / "oloproof-pipeline")
-APP = """
-import copy
-
-
-class System:
-    def __init__(self):
-        self.state = {}
-
-    def reset(self, state):
-        self.state = state
-
-    def snapshot(self):
-        return copy.deepcopy(self.state)
-
-    def __call__(self, request):
-        self.state["done"] = True
-        return {"answer": "ok"}
-"""
+APP = tiny_stateful_app("ok")
 DEFINITIONS = "from pathlib import Path\n\nfrom oloproof_pipeline.defs import build_definitions\n\n" \
     "defs = build_definitions(Path(__file__).parent)\n"
 
@@ -58,7 +39,7 @@ def project(root: Path, name: str) -> Path:
 
 
 def oloproof_run(root: Path, dagster_home: Path | None = None, *options: str) -> subprocess.CompletedProcess:
-    environment = {key: value for key, value in os.environ.items() if key != "DAGSTER_HOME"}
+    environment = cli_environment()
     if dagster_home is not None:
         environment["DAGSTER_HOME"] = str(dagster_home)
     return subprocess.run([OLOPROOF, "run", "--ungated", "--project", str(root), *options], capture_output=True, text=True, timeout=300,

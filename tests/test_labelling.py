@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from helpers import oloproof
 from oloproof_pipeline.decide.validity import transform_validity
 from oloproof_pipeline.model.cases import load_cases
 from oloproof_pipeline.model.errors import ProjectError
@@ -32,13 +30,6 @@ from oloproof_pipeline.read.labelling import (
 )
 from oloproof_pipeline.store.tables import derived_case_table
 
-OLOPROOF = str(Path(sys.executable).parent / "oloproof-pipeline")
-
-
-def oloproof(*args: str, cwd: Path, columns: int = 120) -> subprocess.CompletedProcess:
-    environment = {key: value for key, value in os.environ.items() if key != "DAGSTER_HOME"}
-    environment["COLUMNS"] = str(columns)
-    return subprocess.run([OLOPROOF, *args], cwd=cwd, capture_output=True, text=True, timeout=120, env=environment)
 
 
 def words(text: str) -> str:
@@ -82,7 +73,7 @@ def test_pending_then_import_checks_the_transform_through_the_cli(refund_desk):
     assert before["injected"].checked and before["injected"].kept_to_check == 0
     assert (before["paraphrase"].unlabelled, before["paraphrase"].stale, before["paraphrase"].kept_to_check) == (24, 24, 24)
 
-    pending = oloproof("labels", "pending", "paraphrase", "--format", "csv", cwd=refund_desk)
+    pending = oloproof("labels", "pending", "paraphrase", "--format", "csv", cwd=refund_desk, columns=120)
     assert pending.returncode == 0, pending.stderr
     pending_file = refund_desk / "labels" / "paraphrase.pending.csv"
     assert f"Wrote 24 pending pairs of paraphrase to {pending_file}" in pending.stdout
@@ -101,7 +92,7 @@ def test_pending_then_import_checks_the_transform_through_the_cli(refund_desk):
         writer = csv.writer(handle)
         writer.writerow([old_line["case"], "true", "", "", "", old_line["digest"]])
         writer.writerow(["ord-777~paraphrase", "yes", "", "", "", "sha256:" + "0" * 64])
-    imported = oloproof("labels", "import", str(pending_file), cwd=refund_desk)
+    imported = oloproof("labels", "import", str(pending_file), cwd=refund_desk, columns=120)
     assert imported.returncode == 2, imported.stdout + imported.stderr
     refused = [line for line in imported.stderr.splitlines() if line.startswith("refused:")]
     assert len(refused) == 2
@@ -130,7 +121,7 @@ def test_pending_then_import_checks_the_transform_through_the_cli(refund_desk):
     line = json.loads(last.read_text())
     assert line["case"] == "ord-024~paraphrase" and line["kept"] is None and line["digest"] == digests[line["case"]]
     last.write_text(json.dumps({**line, "kept": True, "note": "same request"}) + "\n")
-    finished = oloproof("labels", "import", str(last), cwd=refund_desk)
+    finished = oloproof("labels", "import", str(last), cwd=refund_desk, columns=120)
     assert finished.returncode == 0, finished.stderr
     assert json.loads(labels_file.read_text().splitlines()[-1]) == {
         "case": "ord-024~paraphrase", "digest": line["digest"], "kept": True, "note": "same request"

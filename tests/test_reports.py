@@ -9,7 +9,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tomllib
 from html.parser import HTMLParser
 from pathlib import Path
@@ -23,15 +22,10 @@ from oloproof_pipeline.model.trajectory import first_difference
 from oloproof_pipeline.read import report_view
 from oloproof_pipeline.read.compare import comparison_markdown, comparison_table, compare_criterion
 from oloproof_pipeline.read.reports import environment
+from helpers import OLOPROOF, oloproof
 
-OLOPROOF = str(Path(sys.executable).parent / "oloproof-pipeline")
 # A fix for the desk's first flaw: with it, version 1.1.0 declines the pasted overrides.
 FIXED_OVERRIDE = ('if "system override" in message.lower():', 'if False:')
-
-
-def oloproof(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    environment = {key: value for key, value in os.environ.items() if key != "DAGSTER_HOME"}
-    return subprocess.run([OLOPROOF, *args], cwd=cwd, capture_output=True, text=True, timeout=300, env=environment)
 
 
 FIRST_RUN = "first_run.txt"

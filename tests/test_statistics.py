@@ -17,6 +17,8 @@ from oloproof_pipeline.decide.statistics import (
 )
 from oloproof_pipeline.decide.suite_size import design_effect
 
+from test_decide_clustered import _passes_in_order, total_passes_distribution
+
 # -- Clopper-Pearson -----------------------------------------------------------------------
 
 
@@ -138,12 +140,12 @@ def test_design_effect_is_the_case_weighted_cluster_size():
 
 # Coverage of the shipped method (`clustered_rate`, which rate_from_outcomes calls for clustered
 # rows, as tested above) with unequal cluster sizes: many singletons and a few large clusters,
-# pass rates per cluster from a beta distribution with the given ICC (beta-binomial cases),
-# seeded. Slack: coverage >= 0.93, nominal 0.95 less 0.02, which also covers the Monte Carlo
-# error (about 0.013 per cell at 300 replications). tests/test_decide_clustered.py computes
-# the same interval's coverage exactly for ICC up to 1.
+# pass rates per cluster from a beta distribution with the given ICC (beta-binomial cases).
+# Its interval depends on the outcomes only through the total of passes (checked below on
+# shuffled clusters), so its coverage is computed exactly from the distribution of that total
+# (tests/test_decide_clustered.py), not simulated a second time: that file's seeded simulation
+# covers the same designs. Slack: coverage >= 0.93, nominal 0.95 less 0.02.
 COVERAGE_SEED = 20241130
-COVERAGE_REPLICATIONS = 300
 COVERAGE_DESIGNS = {
     "30 x 1 + 5 x 10": [1] * 30 + [10] * 5,
     "20 of sizes 1..20": list(range(1, 21)),
@@ -170,23 +172,29 @@ def _outcomes_by_cluster(sizes, passed):
 
 def test_clustered_coverage_with_unequal_cluster_sizes():
     rng = np.random.default_rng(COVERAGE_SEED)
-    lines = ["", f"clustered rate ({EFFECTIVE_CLUSTERS_METHOD}) with unequal cluster sizes: simulated coverage at "
-             f"0.95, {COVERAGE_REPLICATIONS} replications per cell, seed {COVERAGE_SEED}; mean width in brackets",
+    lines = ["", f"clustered rate ({EFFECTIVE_CLUSTERS_METHOD}) with unequal cluster sizes: exact coverage at "
+             f"0.95; mean width in brackets",
              f"{'design':>18} {'ICC':>4} | " + " ".join(f"{'p=' + str(rate):>13}" for rate in COVERAGE_RATES)]
     worst = 1.0
     for name, sizes in COVERAGE_DESIGNS.items():
+        bounds = []
+        for total_passes in range(sum(sizes) + 1):
+            estimate = clustered_rate(_outcomes_by_cluster(sizes, _passes_in_order(sizes, total_passes)))
+            bounds.append((estimate.lower, estimate.upper))
+            # The same total over the clusters in another order: the same interval.
+            order = rng.permutation(len(sizes))
+            shuffled = [sizes[i] for i in order]
+            again = clustered_rate(_outcomes_by_cluster(shuffled, _passes_in_order(shuffled, total_passes)))
+            assert (again.lower, again.upper) == pytest.approx((estimate.lower, estimate.upper), abs=1e-12)
+        lower, upper = np.array(bounds).T
         for correlation in COVERAGE_CORRELATIONS:
             cells = []
             for rate in COVERAGE_RATES:
-                covered, width = 0, 0.0
-                for passed in _cluster_pass_counts(rng, sizes, rate, correlation, COVERAGE_REPLICATIONS):
-                    estimate = clustered_rate(_outcomes_by_cluster(sizes, passed.tolist()))
-                    covered += estimate.lower <= rate <= estimate.upper
-                    width += estimate.upper - estimate.lower
-                coverage = covered / COVERAGE_REPLICATIONS
+                distribution = total_passes_distribution(sizes, rate, correlation)
+                coverage = distribution[(lower <= rate) & (rate <= upper)].sum()
                 worst = min(worst, coverage)
                 assert coverage >= 0.93, (name, correlation, rate, coverage)
-                cells.append(f"{coverage:.3f} ({width / COVERAGE_REPLICATIONS:.2f})")
+                cells.append(f"{coverage:.3f} ({(distribution * (upper - lower)).sum():.2f})")
             lines.append(f"{name:>18} {correlation:4.1f} | " + " ".join(f"{cell:>13}" for cell in cells))
     lines.append(f"minimum coverage: {worst:.3f}")
     print("\n".join(lines))

@@ -19,6 +19,7 @@ import psutil
 from oloproof_pipeline.store.layout import journal_path, table_path
 
 from conftest import write_project
+from helpers import tiny_stateful_app
 
 OLOPROOF = str(Path(sys.executable).parent / "oloproof-pipeline")
 
@@ -57,24 +58,7 @@ def gone(pids: set[int], within_s: float = 10.0) -> bool:
 
 # -- a system that ends its process on import ----------------------------------------------------
 
-PLAIN_APP = """
-import copy
-
-
-class System:
-    def __init__(self):
-        self.state = {}
-
-    def reset(self, state):
-        self.state = state
-
-    def snapshot(self):
-        return copy.deepcopy(self.state)
-
-    def __call__(self, request):
-        self.state["done"] = True
-        return {"answer": "done"}
-"""
+PLAIN_APP = tiny_stateful_app("done")
 
 
 def plain_cases(count: int) -> list[dict]:

@@ -23,6 +23,7 @@ import pytest
 from dagster import DagsterInstance, DagsterRunStatus
 
 from conftest import REPO
+from helpers import cli_environment
 
 pytestmark = pytest.mark.ui
 
@@ -133,7 +134,7 @@ def workspace(tmp_path_factory):
                         ignore=shutil.ignore_patterns(".oloproof", "__pycache__"))
     shutil.copy(REPO / "workspace.yaml", folder / "workspace.yaml")
     (folder / ".venv").symlink_to(Path(sys.prefix))  # the README's commands say `.venv/bin/...`
-    environment = {key: value for key, value in os.environ.items() if key != "DAGSTER_HOME"}
+    environment = cli_environment()
     ran = subprocess.run([".venv/bin/oloproof-pipeline", "run", "--project", "example_project/stateful_agent"], cwd=folder,
                          env=environment, capture_output=True, text=True, timeout=300)
     assert ran.returncode == 1, ran.stdout + ran.stderr  # the example's gate blocks
@@ -145,7 +146,9 @@ def workspace(tmp_path_factory):
     start = start.replace("dagster dev -w workspace.yaml", f"dagster dev -w workspace.yaml -h 127.0.0.1 -p {port}")
     remember = readme_command(r"^echo \$! > dagster.pid")
     stop = readme_command(r"^kill \$\(cat dagster.pid\)")
-    shell = subprocess.Popen(["bash", "-c", f"{start}\n{remember}\nwait"], cwd=folder, env=environment,
+    # The sensors look for a new version every 5 s instead of 30: the tests wait for them.
+    shell = subprocess.Popen(["bash", "-c", f"{start}\n{remember}\nwait"], cwd=folder,
+                             env={**environment, "OLOPROOF_SENSOR_INTERVAL_S": "5"},
                              start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_until_ready(f"http://127.0.0.1:{port}/server_info")
@@ -192,7 +195,7 @@ def test_both_projects_keep_their_history_in_the_workspace_instance(workspace):
         root = folder / "example_project" / project
         assert not (root / ".oloproof" / "dagster_home").exists()
         assert (root / ".oloproof" / "dagster_instance").read_text().strip() == str(home.resolve())
-    environment = {key: value for key, value in os.environ.items() if key != "DAGSTER_HOME"}
+    environment = cli_environment()
     ran = subprocess.run([".venv/bin/oloproof-pipeline", "run", "--project", str(approvals)], cwd=folder, env=environment,
                          capture_output=True, text=True, timeout=300)
     assert ran.returncode in (0, 1, 3, 4), ran.stderr  # a decision, whichever it is
@@ -235,7 +238,7 @@ def test_version_bump_is_evaluated_by_the_sensor_and_the_readme_backfill_regrade
     # versions judge that criterion again and reuse every other verdict (and every recording).
     config.write_text(config.read_text().replace("paths: [orders.ord-999]", "paths: [orders.ord-999.status]"))
     backfill = readme_command(r"dagster job backfill")
-    environment = {key: value for key, value in os.environ.items() if key != "DAGSTER_HOME"}
+    environment = cli_environment()
     launched = subprocess.run(["bash", "-c", backfill], cwd=folder, env=environment, capture_output=True, text=True,
                               timeout=180)
     assert launched.returncode == 0, launched.stdout + launched.stderr
