@@ -14,7 +14,7 @@ import typer
 
 from ..model.config import check_release_policy
 from ..model.fingerprints import run_inputs_digest
-from ..model.outcomes import EXIT_INCOMPLETE, EXIT_MEANINGS
+from ..model.outcomes import EXIT_INCOMPLETE, EXIT_MEANINGS, EXIT_USAGE
 from ..project import load_project
 from ..read.document import RunSummary, failed_run_document, run_document
 from ..store.stamps import RunStamp, forget_run_stamp, unchanged_since, write_run_stamp
@@ -78,12 +78,13 @@ def run(
         write_run_stamp(root, version=evaluation.version, ungated=ungated, inputs_digest=inputs_digest,
                         run_id=evaluation.run_id, dagster_dev=summary.dagster_dev)
     if evaluation.errors:
+        exit_code = EXIT_USAGE if evaluation.configuration_error else EXIT_INCOMPLETE
         if as_json:
-            print_json(failed_run_document(evaluation.version, evaluation.run_id, evaluation.errors, summary))
+            print_json(failed_run_document(evaluation.version, evaluation.run_id, evaluation.errors, summary, exit_code))
         # One line: what failed, then which run (its whole log is in the instance).
         raise CommandFailed(
-            f"{'; '.join(evaluation.errors)} (Dagster run {evaluation.run_id} failed: {EXIT_MEANINGS[EXIT_INCOMPLETE]})",
-            EXIT_INCOMPLETE,
+            f"{'; '.join(evaluation.errors)} (Dagster run {evaluation.run_id} failed: {EXIT_MEANINGS[exit_code]})",
+            exit_code,
         )
     if as_json:
         exit_with_document(run_document(gate_json(root, evaluation.version, ungated=ungated), evaluation.run_id, summary))

@@ -22,6 +22,7 @@ from dagster._core.storage.tags import PARTITION_NAME_TAG
 
 from ..model.cases import load_cases
 from ..model.config import Project, check_release_policy
+from ..model.errors import ProjectError, SystemVersionMismatch
 from ..model.fingerprints import copies_inputs_digest
 from ..model.transforms import derive_cases
 from ..store.layout import StoredTableError, read_table
@@ -45,6 +46,14 @@ class EvaluationRun:
     success: bool
     # Step failures other than the gate's own check failing (which only reports a BLOCK).
     errors: list[str] = field(default_factory=list)
+    # Every failure was a project's file or system found wrong mid-run (a `ProjectError`,
+    # e.g. a callable that is no class, met by the worker that first imports it): exit 2, as
+    # when it is found before the launch, not 5.
+    configuration_error: bool = False
+
+
+# The class names of a project's configuration errors, as Dagster records a step's exception.
+CONFIGURATION_ERRORS = {ProjectError.__name__, SystemVersionMismatch.__name__}
 
 
 def recording_op_name(project_name: str) -> str:
@@ -107,7 +116,11 @@ def launch_job(
     )
     with loaded_for_run(run.run_id, project):
         result = execute_run(InMemoryJob(job), run, instance, raise_on_error=False)
-    return EvaluationRun(run_id=result.run_id, version=version, success=result.success, errors=step_errors(result))
+    failures = step_failures(result)
+    return EvaluationRun(
+        run_id=result.run_id, version=version, success=result.success, errors=[text for text, _ in failures],
+        configuration_error=bool(failures) and all(configuration for _, configuration in failures),
+    )
 
 
 def located_job_origin(project_root: Path, job: JobDefinition) -> RemoteJobOrigin | None:
@@ -132,21 +145,27 @@ def validate_cases(project: Project) -> None:
         derive_cases(project, cases)
 
 
-def step_errors(result) -> list[str]:
-    errors = []
+def step_failures(result) -> list[tuple[str, bool]]:
+    """Each failed step's one line, and whether it failed on a configuration error."""
+    failures = []
     for event in result.all_events:
         if event.event_type == DagsterEventType.STEP_FAILURE:
             error = event.step_failure_data.error
             if error is None or error.cls_name == "DagsterAssetCheckFailedError":
                 continue
-            errors.append(f"{event.step_key}: {innermost_message(error)}")
-    return errors
+            failures.append((f"{event.step_key}: {innermost_message(error)}", innermost(error).cls_name in CONFIGURATION_ERRORS))
+    return failures
+
+
+def innermost(error):
+    """Dagster wraps a step's exception; the user's own error is the innermost cause."""
+    while error.cause is not None:
+        error = error.cause
+    return error
 
 
 def innermost_message(error) -> str:
-    """Dagster wraps a step's exception; the user's own message is the innermost cause."""
-    while error.cause is not None:
-        error = error.cause
+    error = innermost(error)
     # Dagster prefixes the qualified class name; our own errors' messages say it all.
     return re.sub(rf"^oloproof_pipeline\.[\w.]*\.{re.escape(error.cls_name or '')}: ", "", error.message.strip())
 

@@ -130,7 +130,10 @@ def run_document(gate: dict[str, Any], run_id: str, summary: RunSummary, *, why:
     return document if why is None else {**document, "why": why}
 
 
-def failed_run_document(version: str, run_id: str, errors: list[str], summary: RunSummary) -> dict[str, Any]:
-    """What `run --json` prints for a run that failed: no gate, the errors, and exit code 5."""
+def failed_run_document(
+    version: str, run_id: str, errors: list[str], summary: RunSummary, exit_code: int = EXIT_INCOMPLETE
+) -> dict[str, Any]:
+    """What `run --json` prints for a run that failed: no gate, the errors, and exit code 5
+    (2 when the project was found wrong mid-run)."""
     return {"version": version, "run_id": run_id, "gate": None, "rules": [], "errors": errors,
-            "exit_code": EXIT_INCOMPLETE, **summary.document()}
+            "exit_code": exit_code, **summary.document()}
