@@ -22,6 +22,7 @@ from dagster._core.storage.tags import PARTITION_NAME_TAG
 
 from ..model.cases import load_cases
 from ..model.config import Project, check_release_policy
+from ..model.errors import PipelineError
 from ..model.fingerprints import copies_inputs_digest
 from ..model.transforms import derive_cases
 from ..store.layout import StoredTableError, read_table
@@ -144,8 +145,9 @@ def step_errors(result) -> list[str]:
 
 
 def innermost_message(error) -> str:
-    """Dagster wraps a step's exception; the user's own message is the innermost cause."""
-    while error.cause is not None:
+    """Dagster wraps a step's exception; the user's own message is the innermost cause, but a
+    PipelineError's own message says what failed where (its cause is the bare exception)."""
+    while error.cause is not None and error.cls_name != PipelineError.__name__:
         error = error.cause
     # Dagster prefixes the qualified class name; our own errors' messages say it all.
     return re.sub(rf"^oloproof_pipeline\.[\w.]*\.{re.escape(error.cls_name or '')}: ", "", error.message.strip())
