@@ -1,0 +1,67 @@
+"""A pipeline error is never a gate decision: when the pipeline's own code fails on the cases,
+`oloproof run` says so in one line naming the exception and exits 5 (incomplete), instead of
+filing every case as an error and gating on that (`Gate: BLOCK`, exit 3).
+
+The trigger is the bug issue 21 found, put back on the Dask workers only: a worker preload
+(Dask's own `distributed.worker.preload` setting, read from the environment) makes each
+worker key its sandboxes by the settings themselves, as the pipeline once did, which a chat
+agent's settings (a dict) cannot be: `TypeError: unhashable type: 'dict'` on every case. The
+evaluating process, Dagster and the CLI run unchanged, as a user runs them."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+
+from oloproof_pipeline.model.outcomes import EXIT_INCOMPLETE
+from oloproof_pipeline.store.layout import table_path
+
+from helpers import OLOPROOF, cli_environment
+from test_chat_agent import VERSION, standin  # noqa: F401 (the stand-in fixture)
+from test_dask_chat_agent import desk_copy
+
+# The sandboxes of a Dask worker keyed as before the fix (run/sandboxes.py `_worker_sandbox`).
+KEYED_BY_SETTINGS = """
+from oloproof_pipeline.run import sandboxes
+from oloproof_pipeline.run.supervisor import SupervisedSandbox
+
+
+def keyed_by_settings(settings):
+    if settings not in sandboxes._WORKER_SANDBOXES:
+        sandboxes._WORKER_SANDBOXES[settings] = SupervisedSandbox(settings)
+    return sandboxes._WORKER_SANDBOXES[settings]
+
+
+sandboxes._worker_sandbox = keyed_by_settings
+"""
+
+
+def run(root: Path, preload: Path | None = None) -> subprocess.CompletedProcess:
+    environment = cli_environment()
+    if preload is not None:
+        environment["DASK_DISTRIBUTED__WORKER__PRELOAD"] = repr([str(preload)])
+    return subprocess.run([OLOPROOF, "run"], cwd=root, capture_output=True, text=True, timeout=300, env=environment)
+
+
+def test_a_pipeline_exception_on_every_case_exits_incomplete_naming_it(tmp_path, standin):  # noqa: F811
+    root = desk_copy(tmp_path, "desk", standin.url, workers=2)
+    preload = tmp_path / "keyed_by_settings.py"
+    preload.write_text(KEYED_BY_SETTINGS)
+
+    failed = run(root, preload)
+    assert failed.returncode == EXIT_INCOMPLETE, failed.stdout + failed.stderr
+    assert "Gate:" not in failed.stdout and "INSUFFICIENT_EVIDENCE" not in failed.stdout + failed.stderr
+    message = [line for line in failed.stderr.splitlines() if "TypeError: unhashable type: 'dict'" in line]
+    assert len(message) == 1, failed.stderr
+    assert "recorded_runs" in message[0] and "the pipeline's own code failed" in message[0]
+    assert "not in the system under test" in message[0]
+    assert not table_path(root, "recorded_runs", VERSION).exists()  # no case was filed as an error
+    assert not table_path(root, "gate", VERSION).exists()
+
+    # Nothing of it was kept: the same run on workers without the bug records every case.
+    fixed = run(root)
+    assert fixed.returncode == 3 and "Gate: BLOCK" in fixed.stdout, fixed.stdout + fixed.stderr
+    runs = pd.read_parquet(table_path(root, "recorded_runs", VERSION))
+    assert len(runs) == 12 and set(runs["status"]) == {"ok"}
