@@ -6,7 +6,12 @@ The trigger is the bug issue 21 found, put back on the Dask workers only: a work
 (Dask's own `distributed.worker.preload` setting, read from the environment) makes each
 worker key its sandboxes by the settings themselves, as the pipeline once did, which a chat
 agent's settings (a dict) cannot be: `TypeError: unhashable type: 'dict'` on every case. The
-evaluating process, Dagster and the CLI run unchanged, as a user runs them."""
+evaluating process, Dagster and the CLI run unchanged, as a user runs them.
+
+Without Dask, the pipeline's code that fails on a case is the runner in the system's worker
+process (it answers "could not run this case"): a `sitecustomize` on PYTHONPATH, which Python
+runs at every start, puts a bug into that runner (`SandboxRunner.record` raises) and nothing
+else."""
 
 from __future__ import annotations
 
@@ -18,7 +23,8 @@ import pandas as pd
 from oloproof_pipeline.model.outcomes import EXIT_INCOMPLETE
 from oloproof_pipeline.store.layout import table_path
 
-from helpers import OLOPROOF, cli_environment
+from conftest import write_project
+from helpers import OLOPROOF, cli_environment, tiny_stateful_app
 from test_chat_agent import VERSION, standin  # noqa: F401 (the stand-in fixture)
 from test_dask_chat_agent import desk_copy
 
@@ -38,10 +44,25 @@ sandboxes._worker_sandbox = keyed_by_settings
 """
 
 
-def run(root: Path, preload: Path | None = None) -> subprocess.CompletedProcess:
+# A runner that fails on every case: a bug of the pipeline's own, in the system's worker process.
+FAILING_RUNNER = """
+from oloproof_pipeline.run.runner import SandboxRunner
+
+
+def record(self, case):
+    raise RuntimeError("a bug in the runner")
+
+
+SandboxRunner.record = record
+"""
+
+
+def run(root: Path, preload: Path | None = None, python_path: Path | None = None) -> subprocess.CompletedProcess:
     environment = cli_environment()
     if preload is not None:
         environment["DASK_DISTRIBUTED__WORKER__PRELOAD"] = repr([str(preload)])
+    if python_path is not None:
+        environment["PYTHONPATH"] = str(python_path)
     return subprocess.run([OLOPROOF, "run"], cwd=root, capture_output=True, text=True, timeout=300, env=environment)
 
 
@@ -65,3 +86,22 @@ def test_a_pipeline_exception_on_every_case_exits_incomplete_naming_it(tmp_path,
     assert fixed.returncode == 3 and "Gate: BLOCK" in fixed.stdout, fixed.stdout + fixed.stderr
     runs = pd.read_parquet(table_path(root, "recorded_runs", VERSION))
     assert len(runs) == 12 and set(runs["status"]) == {"ok"}
+
+
+def test_the_runner_failing_in_the_systems_worker_exits_incomplete_naming_it(tmp_path):
+    cases = [{"id": f"c{n}", "input": {}, "initial_state": {"done": False}, "expected": {"state": {"done": True}}} for n in range(8)]
+    root = write_project(tmp_path / "tiny", app=tiny_stateful_app(), cases=cases)
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(FAILING_RUNNER)
+
+    failed = run(root, python_path=hooks)
+    assert failed.returncode == EXIT_INCOMPLETE, failed.stdout + failed.stderr
+    assert "Gate:" not in failed.stdout
+    [message] = [line for line in failed.stderr.splitlines() if "RuntimeError: a bug in the runner" in line]
+    assert "recorded_runs" in message and "could not run this case" in message and "not in the system under test" in message
+    assert not table_path(root, "recorded_runs", "1.0.0").exists()
+
+    fixed = run(root)
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert set(pd.read_parquet(table_path(root, "recorded_runs", "1.0.0"))["status"]) == {"ok"}
