@@ -15,10 +15,12 @@ else."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from oloproof_pipeline.model.outcomes import EXIT_INCOMPLETE
 from oloproof_pipeline.store.layout import table_path
@@ -66,6 +68,11 @@ def run(root: Path, preload: Path | None = None, python_path: Path | None = None
     return subprocess.run([OLOPROOF, "run"], cwd=root, capture_output=True, text=True, timeout=300, env=environment)
 
 
+def error_lines(process: subprocess.CompletedProcess) -> list[str]:
+    """The command's own error lines (the CLI's `error: ...`)."""
+    return [line for line in process.stderr.splitlines() if line.startswith("error: ")]
+
+
 def test_a_pipeline_exception_on_every_case_exits_incomplete_naming_it(tmp_path, standin):  # noqa: F811
     root = desk_copy(tmp_path, "desk", standin.url, workers=2)
     preload = tmp_path / "keyed_by_settings.py"
@@ -74,10 +81,9 @@ def test_a_pipeline_exception_on_every_case_exits_incomplete_naming_it(tmp_path,
     failed = run(root, preload)
     assert failed.returncode == EXIT_INCOMPLETE, failed.stdout + failed.stderr
     assert "Gate:" not in failed.stdout and "INSUFFICIENT_EVIDENCE" not in failed.stdout + failed.stderr
-    message = [line for line in failed.stderr.splitlines() if "TypeError: unhashable type: 'dict'" in line]
-    assert len(message) == 1, failed.stderr
-    assert "recorded_runs" in message[0] and "the pipeline's own code failed" in message[0]
-    assert "not in the system under test" in message[0]
+    [message] = error_lines(failed)  # Dask logs the task's exception too; ours is the one error
+    assert "TypeError: unhashable type: 'dict'" in message and "recorded_runs" in message
+    assert "the pipeline's own code failed" in message and "not in the system under test" in message
     assert not table_path(root, "recorded_runs", VERSION).exists()  # no case was filed as an error
     assert not table_path(root, "gate", VERSION).exists()
 
@@ -88,9 +94,13 @@ def test_a_pipeline_exception_on_every_case_exits_incomplete_naming_it(tmp_path,
     assert len(runs) == 12 and set(runs["status"]) == {"ok"}
 
 
-def test_the_runner_failing_in_the_systems_worker_exits_incomplete_naming_it(tmp_path):
+@pytest.mark.parametrize("workers", [1, 2], ids=["inline", "on_dask"])
+def test_the_runner_failing_in_the_systems_worker_exits_incomplete_naming_it(tmp_path, workers):
     cases = [{"id": f"c{n}", "input": {}, "initial_state": {"done": False}, "expected": {"state": {"done": True}}} for n in range(8)]
     root = write_project(tmp_path / "tiny", app=tiny_stateful_app(), cases=cases)
+    config = json.loads((root / "oloproof.yaml").read_text())
+    config["execution"]["workers"] = workers
+    (root / "oloproof.yaml").write_text(json.dumps(config))
     hooks = tmp_path / "hooks"
     hooks.mkdir()
     (hooks / "sitecustomize.py").write_text(FAILING_RUNNER)
@@ -98,8 +108,8 @@ def test_the_runner_failing_in_the_systems_worker_exits_incomplete_naming_it(tmp
     failed = run(root, python_path=hooks)
     assert failed.returncode == EXIT_INCOMPLETE, failed.stdout + failed.stderr
     assert "Gate:" not in failed.stdout
-    [message] = [line for line in failed.stderr.splitlines() if "RuntimeError: a bug in the runner" in line]
-    assert "recorded_runs" in message and "could not run this case" in message and "not in the system under test" in message
+    [message] = error_lines(failed)
+    assert "RuntimeError: a bug in the runner" in message and "recorded_runs" in message and "could not run this case" in message and "not in the system under test" in message
     assert not table_path(root, "recorded_runs", "1.0.0").exists()
 
     fixed = run(root)
