@@ -8,10 +8,10 @@ worker key its sandboxes by the settings themselves, as the pipeline once did, w
 agent's settings (a dict) cannot be: `TypeError: unhashable type: 'dict'` on every case. The
 evaluating process, Dagster and the CLI run unchanged, as a user runs them.
 
-Without Dask, the pipeline's code that fails on a case is the runner in the system's worker
-process (it answers "could not run this case"): a `sitecustomize` on PYTHONPATH, which Python
-runs at every start, puts a bug into that runner (`SandboxRunner.record` raises) and nothing
-else."""
+The other place the pipeline's code runs a case is the runner in the system's worker process
+(inline or under a Dask worker; it answers "could not run this case"): a `sitecustomize` on
+PYTHONPATH, which Python runs at every start, puts a bug into that runner
+(`SandboxRunner.record` raises) and nothing else."""
 
 from __future__ import annotations
 
