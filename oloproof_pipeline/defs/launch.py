@@ -22,7 +22,7 @@ from dagster._core.storage.tags import PARTITION_NAME_TAG
 
 from ..model.cases import load_cases
 from ..model.config import Project, check_release_policy
-from ..model.errors import ProjectError, SystemVersionMismatch
+from ..model.errors import PipelineError, ProjectError, SystemVersionMismatch
 from ..model.fingerprints import copies_inputs_digest
 from ..model.transforms import derive_cases
 from ..store.layout import StoredTableError, read_table
@@ -158,8 +158,9 @@ def step_failures(result) -> list[tuple[str, bool]]:
 
 
 def innermost(error):
-    """Dagster wraps a step's exception; the user's own error is the innermost cause."""
-    while error.cause is not None:
+    """Dagster wraps a step's exception; the user's own error is the innermost cause, but a
+    PipelineError's own message says what failed where (its cause is the bare exception)."""
+    while error.cause is not None and error.cls_name != PipelineError.__name__:
         error = error.cause
     return error
 

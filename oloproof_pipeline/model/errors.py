@@ -23,6 +23,11 @@ class SystemVersionMismatch(ProjectError):
     """A partition key that is not the loaded system's version: recording it would mislabel runs."""
 
 
+class PipelineError(Exception):
+    """The pipeline's own code failed on a case (never the system under test's failure): the
+    stage stops, so the run is incomplete (exit 5), never a case's status nor a gate decision."""
+
+
 def format_location(loc: Iterable[Any]) -> str:
     """('evaluators', 2, 'mode') -> 'evaluators[2].mode'."""
     text = ""

@@ -10,7 +10,6 @@ Without Dask the cases run in order on one sandbox.
 
 from __future__ import annotations
 
-import json
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -19,7 +18,8 @@ from typing import Any, Callable, Iterable, Iterator
 
 from ..model.cases import CaseRecord
 from ..model.config import ExecutionConfig
-from ..model.errors import ProjectError
+from ..model.digests import canonical_json
+from ..model.errors import PipelineError, ProjectError
 from ..model.records import RecordedRun
 from .spec import SandboxSettings
 from .supervisor import SupervisedSandbox, start_fork_server
@@ -42,7 +42,8 @@ _WORKER_SANDBOXES: dict[str, SupervisedSandbox] = {}
 
 
 def _worker_sandbox(settings: SandboxSettings) -> SupervisedSandbox:
-    key = json.dumps(settings.as_json(), sort_keys=True)  # a chat agent's settings are a dict: not hashable
+    # Keyed by the settings' canonical JSON: they hold dicts (a chat agent's), never hashable.
+    key = canonical_json(settings.as_json())
     if key not in _WORKER_SANDBOXES:
         _WORKER_SANDBOXES[key] = SupervisedSandbox(settings)
     return _WORKER_SANDBOXES[key]
@@ -67,7 +68,8 @@ def in_sandboxes(
     """(item, its result) for each item as soon as it finishes: in order on one sandbox, or
     spread over the Dask workers' sandboxes. A Dask worker that died yields its exception as
     the result, so it costs that item only; a system that cannot be built (a ProjectError)
-    stops the whole run, as it would every item."""
+    stops the whole run, as it would every item, and so does an exception of the pipeline's
+    own code (a PipelineError): it is never an item's result."""
     client = sandboxes.client() if sandboxes is not None else None
     if client is None:
         with SupervisedSandbox(settings) as sandbox:
@@ -83,7 +85,7 @@ def in_sandboxes(
 def _on_dask(client: Any, settings: SandboxSettings, items: Iterable[Any], one: Callable) -> Iterator[tuple[Any, Any]]:
     """No more items in flight than the cluster has threads: a Dask worker then holds only
     the case it is running, so if it dies no case waiting behind it is blamed."""
-    from dask.distributed import as_completed
+    from dask.distributed import KilledWorker, as_completed
 
     waiting = iter(items)
     futures: dict[Any, Any] = {}
@@ -102,16 +104,27 @@ def _on_dask(client: Any, settings: SandboxSettings, items: Iterable[Any], one: 
             item = futures.pop(future)
             try:
                 result = future.result()
-            except ProjectError:
+            except KilledWorker as lost:  # the Dask worker died running it: that item's loss
+                result = lost
+            except (ProjectError, PipelineError):
                 raise
             except Exception as error:
-                result = error
+                raise pipeline_failed_on_worker(error) from error
             submit(max(1, threads.count() - len(futures)))
             yield item, result
     finally:
         if futures:
             client.cancel(list(futures))
         client.run(close_worker_sandboxes, on_error="ignore")
+
+
+def pipeline_failed_on_worker(error: Exception) -> PipelineError:
+    """A task that raised on a Dask worker: the system runs in a supervised process of its own
+    and its failures come back as results, so what raised is the pipeline's own code."""
+    return PipelineError(
+        f"the pipeline's own code failed running a case on a Dask worker: {type(error).__name__}: {error} "
+        "(an error in oloproof_pipeline, not in the system under test)"
+    )
 
 
 class ClusterThreads:
@@ -153,7 +166,7 @@ RECORD = SandboxTask(one=record_case, each=record_cases_in_turn)
 
 
 def lost_recording(case: CaseRecord, result: RecordedRun | Exception, version: str) -> RecordedRun:
-    """A case's recording; for a Dask worker that died running it, an error naming that."""
+    """A case's recording; for a Dask worker that died running it (KilledWorker), an error naming that."""
     if not isinstance(result, Exception):
         return result
     return RecordedRun(

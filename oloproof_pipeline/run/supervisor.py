@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from ..model.cases import CaseRecord
 from ..model.config import PROJECT_FILE
-from ..model.errors import ProjectError
+from ..model.errors import PipelineError, ProjectError
 from ..model.records import RecordedRun, ReplayResult
 from ..model.trajectory import Checkpoint, ToolChange, Trajectory
 from .spec import SandboxSettings, SystemSpec
@@ -401,8 +401,10 @@ class SupervisedSandbox:
                         yield task, self._lost(lost, started)
                         message = None
                     started = time.monotonic()  # the next queued task starts now
+                    if message is not None and message.problem is not None:  # our code failed, not the system
+                        raise PipelineError(f"{message.problem} (an error in oloproof_pipeline, not in the system under test)")
                     if message is not None:
-                        yield task, WorkerLost("error", message.problem) if message.problem is not None else message
+                        yield task, message
                     if message is None or message.retire:  # ended, or interrupted mid-case: a fresh worker
                         self._drop_worker()
                         upcoming.put_back(list(queued))
