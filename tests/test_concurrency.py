@@ -206,3 +206,43 @@ def test_concurrency_takes_oloprooofs_defaults_and_judge_is_kept(chat_desk):
     configure(chat_desk, "http://127.0.0.1:9/v1", {"system": 2, "judge": 3})
     config = load_project(chat_desk).config
     assert (config.concurrency.system, config.concurrency.judge) == (2, 3)
+
+
+BROKEN_TOOLS = '''
+import os
+import time
+
+from app import RefundTools
+
+
+class BrokenTools(RefundTools):
+    """The desk's tools, but looking one order up ends the process, and another never returns."""
+
+    def lookup_order(self, order_id):
+        if order_id == "ord-005":
+            os._exit(7)
+        if order_id == "ord-009":
+            time.sleep(60)
+        return super().lookup_order(order_id)
+'''
+
+
+def test_a_crash_or_a_hang_beside_other_cases_costs_only_its_own(chat_desk):
+    """Four cases in flight in one worker: a tool that ends the process costs its case only
+    (the cases beside it run again, the suspects one at a time), and a tool that hangs past
+    the deadline is that case's timeout; every other case is recorded as usual."""
+    (chat_desk / "broken.py").write_text(BROKEN_TOOLS)
+    config = yaml.safe_load((chat_desk / "oloproof.yaml").read_text())
+    config["system"]["tools"] = "broken:BrokenTools"
+    config["execution"]["timeout_s"] = 2
+    (chat_desk / "oloproof.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    with CountingStandIn(latency_s=0.05, gather=2) as standin:
+        configure(chat_desk, standin.url, {"system": 4})
+        cases, runs, _ = record(chat_desk)
+    status = {run.case_id: run.status for run in runs}
+    crashed = {case for case, value in status.items() if value == "system_crashed"}
+    timed_out = {case for case, value in status.items() if value == "timeout"}
+    assert {case.split("~")[0] for case in crashed} == {"ord-005"} and {case.split("~")[0] for case in timed_out} == {"ord-009"}
+    assert all(value == "ok" for case, value in status.items() if case not in crashed | timed_out)
+    assert "exited with code 7" in next(run.error for run in runs if run.status == "system_crashed")
+    assert standin.peak >= 2  # they did run side by side
