@@ -370,11 +370,16 @@ class SupervisedSandbox:
     def replay(
         self, case: CaseRecord, trajectory: Trajectory, checkpoint: Checkpoint, change: ToolChange | None
     ) -> ReplayResult:
-        task = ReplayTask(case=case, trajectory=trajectory, checkpoint=checkpoint, change=change)
-        [(_, answer)] = list(self._run_tasks([task]))
-        if isinstance(answer, WorkerLost):
-            return ReplayResult(status=answer.status, error=answer.error, duration_s=answer.duration_s)
-        return answer.replayed
+        [result] = list(self.replay_each([ReplayTask(case=case, trajectory=trajectory, checkpoint=checkpoint, change=change)]))
+        return result
+
+    def replay_each(self, tasks: Iterable[ReplayTask]) -> Iterator[ReplayResult]:
+        """Each replay's result, in order (queued behind the one running, or side by side)."""
+        for _, answer in self._run_tasks(tasks):
+            if isinstance(answer, WorkerLost):
+                yield ReplayResult(status=answer.status, error=answer.error, duration_s=answer.duration_s)
+            else:
+                yield answer.replayed
 
     def facts(self) -> SystemFacts:
         """What the system in this sandbox says about itself (its worker started if none is)."""
