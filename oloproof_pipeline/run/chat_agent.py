@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from collections import defaultdict, deque
 from pathlib import Path
@@ -103,9 +104,8 @@ class ChatModel:
 
     def __init__(self, config: ChatModelConfig, api_key: str | None, requests_at_once: int = 1):
         self.config = config
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.url = config.base_url.rstrip("/") + "/chat/completions"
-        self._client = httpx.Client(headers=headers, timeout=config.request_timeout_s)
+        self._client = shared_client(api_key, requests_at_once)
         self._limiter = endpoint_limiter(config.base_url, requests_at_once)
 
     def complete(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -152,6 +152,22 @@ class ChatModel:
         if hint is not None:
             wait = max(wait, hint)
         return min(wait, MAX_BACKOFF_S)
+
+
+_clients: dict[tuple[str | None, int], httpx.Client] = {}
+_clients_lock = threading.Lock()
+
+
+def shared_client(api_key: str | None, requests_at_once: int) -> httpx.Client:
+    """One HTTP client per key in the process, shared by the cases side by side (httpx's
+    client is thread-safe; making one costs an SSL context): its connections are not what
+    bounds the requests in flight, the limiter is."""
+    with _clients_lock:
+        if (api_key, requests_at_once) not in _clients:
+            headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+            limits = httpx.Limits(max_connections=None, max_keepalive_connections=requests_at_once)
+            _clients[api_key, requests_at_once] = httpx.Client(headers=headers, limits=limits)
+        return _clients[api_key, requests_at_once]
 
 
 def sleep_within_deadline(seconds: float) -> None:
