@@ -13,8 +13,11 @@ the most it had in flight at once. Each setting is a fresh project run by the co
 runs it (`oloproof-pipeline run`, a process of its own), and prints:
 
 - wall time; model requests (the stand-in's count); the most requests it saw at once;
-- concurrency achieved: requests x latency / (wall - wall at latency 0, same concurrency),
-  the model time overlapped per second of the model's share of the wall;
+- the requests in flight at most, and on average while the stand-in had any (the time
+  requests spent in it over the time it was busy: overhead between model calls left out);
+- concurrency achieved: requests x latency / (wall - wall at latency 0), the model time
+  overlapped per second of the model's share of the wall, against the quickest run at
+  latency 0 of any setting (a noisy baseline can only make it smaller);
 - the peak RSS of the run's whole process tree (the CLI, its fork server and workers, and
   any Dask worker), sampled every 50 ms and summed over the tree.
 
@@ -57,9 +60,18 @@ def standin_class() -> type:
         latency_s = 0.0
         in_flight = 0
         peak = 0
+        # Seconds requests spent in the stand-in, and seconds it had at least one: their ratio
+        # is the requests it had in flight on average while busy (the pipeline's overhead
+        # between model calls left out).
+        request_s = 0.0
+        busy_s = 0.0
+        _busy_since = 0.0
 
         def answer(self, body: dict[str, Any]) -> tuple[int, dict[str, Any] | None]:
+            arrived = time.monotonic()
             with self._lock:
+                if self.in_flight == 0:
+                    self._busy_since = arrived
                 self.in_flight += 1
                 self.peak = max(self.peak, self.in_flight)
             try:
@@ -67,7 +79,15 @@ def standin_class() -> type:
                 return super().answer(body)
             finally:
                 with self._lock:
+                    left = time.monotonic()
                     self.in_flight -= 1
+                    self.request_s += left - arrived
+                    if self.in_flight == 0:
+                        self.busy_s += left - self._busy_since
+
+        def reset_counts(self) -> None:
+            with self._lock:
+                self.peak, self.request_s, self.busy_s = 0, 0.0, 0.0
 
     return SlowStandIn
 
@@ -107,6 +127,7 @@ class Measured:
     seconds: float
     requests: int
     peak_in_flight: int
+    mean_in_flight: float
     peak_rss_mib: float
     exit_code: int
 
@@ -114,7 +135,7 @@ class Measured:
 def measured_run(project: Path, standin: Any) -> Measured:
     """`oloproof-pipeline run` on `project`: wall time, the stand-in's requests, peak tree RSS."""
     before = len(standin.requests)
-    standin.peak = 0
+    standin.reset_counts()
     peak = 0
     started = time.perf_counter()
     with tempfile.TemporaryFile() as out:
@@ -127,7 +148,8 @@ def measured_run(project: Path, standin: Any) -> Measured:
         if child.returncode not in (0, 1, 3):
             out.seek(0)
             raise SystemExit(f"the run failed ({child.returncode}) in {project}:\n{out.read().decode()[-3000:]}")
-    return Measured(seconds, len(standin.requests) - before, standin.peak, peak / 2**20, child.returncode)
+    mean = standin.request_s / standin.busy_s if standin.busy_s else 0.0
+    return Measured(seconds, len(standin.requests) - before, standin.peak, mean, peak / 2**20, child.returncode)
 
 
 def main() -> None:
@@ -145,7 +167,10 @@ def main() -> None:
     workdir = arguments.workdir or Path(tempfile.mkdtemp(prefix="model-latency-"))
     standin = standin_class()().start()
     print(f"chat-agent example, {arguments.sources} source cases ({3 * arguments.sources} with copies); stand-in at {standin.url}")
-    print(f"{'latency s':>9} {'concurrency':>11} {'wall s':>8} {'requests':>8} {'in flight':>9} {'achieved':>8} {'peak RSS MiB':>12}")
+    print(
+        f"{'latency s':>9} {'concurrency':>11} {'wall s':>8} {'requests':>8} {'peak in flight':>14} "
+        f"{'mean in flight':>14} {'achieved':>8} {'peak RSS MiB':>12}"
+    )
     at_zero: dict[int, float] = {}
     last = None
     try:
@@ -156,11 +181,13 @@ def main() -> None:
                 result = measured_run(project, standin)
                 if latency == 0:
                     at_zero[concurrency] = result.seconds
-                model_share = result.seconds - at_zero.get(concurrency, 0.0)
+                # Against the quickest run at latency 0 (of any setting): a noisy baseline
+                # can only make the figure smaller, never flatter it.
+                model_share = result.seconds - min(at_zero.values(), default=0.0)
                 achieved = f"{result.requests * latency / model_share:8.1f}" if latency and model_share > 0 else f"{'-':>8}"
                 print(
                     f"{latency:>9g} {concurrency:>11} {result.seconds:>8.1f} {result.requests:>8} "
-                    f"{result.peak_in_flight:>9} {achieved} {result.peak_rss_mib:>12.0f}",
+                    f"{result.peak_in_flight:>14} {result.mean_in_flight:>14.1f} {achieved} {result.peak_rss_mib:>12.0f}",
                     flush=True,
                 )
                 last = project
