@@ -22,6 +22,7 @@ import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any, Callable
 
 from ..model.config import PROJECT_FILE
 from ..model.errors import ProjectError
@@ -102,6 +103,20 @@ def serve(runner: SandboxRunner, task: RecordTask | ReplayTask) -> WorkerMessage
     return answer
 
 
+_building = threading.Lock()
+
+
+def one_build_at_a_time(build: Callable[[], Any]) -> Callable[[], Any]:
+    """`build`, never run by two threads at once: building a chat agent imports its tools'
+    module afresh under one name in sys.modules, which two imports at once would mix up."""
+
+    def built() -> Any:
+        with _building:
+            return build()
+
+    return built
+
+
 def start(settings: SandboxSettings) -> tuple[SandboxRunner, SystemFacts]:
     """Import and build the system once; the runner, and what the system says about itself.
     `runner.another()` makes another runner over a system instance of its own."""
@@ -111,6 +126,7 @@ def start(settings: SandboxSettings) -> tuple[SandboxRunner, SystemFacts]:
     if spec.plays_references:
         reference = load_reference(spec)
         build = lambda: ReferencePlayer(build_system(attribute), reference)  # noqa: E731
+    build = one_build_at_a_time(build)
     runner = SandboxRunner(build, system_version=settings.version, timeout_s=settings.timeout_s)
     runner.another = lambda: SandboxRunner(build, system_version=settings.version, timeout_s=settings.timeout_s)
     return runner, SystemFacts(version=reported_version(attribute), replayable=can_replay(runner.system))
