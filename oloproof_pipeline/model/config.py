@@ -201,7 +201,7 @@ MAX_CONCURRENCY = 1024
 class ConcurrencyConfig(StrictModel):
     """Oloproof's `concurrency`: how many cases run at once (`system`), and how many judge
     calls per endpoint (`judge`). Here `system` applies to `kind: chat_agent` (cases in
-    threads of one worker process, run/inflight.py); a Python system runs one case at a time
+    threads of one worker process, run/worker.py); a Python system runs one case at a time
     per sandbox (`execution.workers` for more). `judge` is kept as read: no judge here calls
     a model yet."""
 

@@ -1,7 +1,7 @@
 """One deadline per case, in whichever thread the case runs.
 
 On a worker's main thread (one case at a time) a SIGALRM timer interrupts the case wherever
-it is. Cases running side by side in threads of one worker (run/inflight.py) cannot be
+it is. Cases running side by side in threads of one worker (run/worker.py) cannot be
 interrupted by a signal; their deadline is a time the pipeline's own code checks at each
 model request and tool call (`check_deadline`, `remaining_s`), so a case that overruns stops
 at the next such point, and the supervisor stops the worker of one that never reaches one.

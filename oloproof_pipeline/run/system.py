@@ -44,7 +44,7 @@ def system_spec(project: Project) -> SystemSpec:
 
 def cases_at_once(project: Project) -> int:
     """How many cases one sandbox runs side by side: `concurrency.system` for a chat agent
-    (threads of one worker process, run/inflight.py); one for a Python system, whose own
+    (threads of one worker process, run/worker.py); one for a Python system, whose own
     code may not be safe to run twice in one process."""
     return project.config.concurrency.system if project.config.system.is_chat_agent else 1
 
