@@ -48,10 +48,12 @@ def standin():
 
 def configure(
     root: Path, url: str, *, cases: list[str] | None = None, model: dict | None = None, timeout_s: float | None = None,
-    answer: dict | None = None,
+    answer: dict | None = None, concurrency: int | None = None,
 ) -> Path:
     """The example's project at `root`, its model at `url` (and other settings changed)."""
     config = yaml.safe_load((root / "oloproof.yaml").read_text())
+    if concurrency is not None:
+        config["concurrency"] = {"system": concurrency}
     config["system"]["model"].update({"base_url": url, **(model or {})})
     if answer is not None:
         config["system"]["answer"] = answer
@@ -149,7 +151,8 @@ def test_a_control_replay_reproduces_from_recorded_responses_with_the_standin_st
 
 
 def test_refused_requests_are_retried_with_backoff_then_cost_only_their_case(chat_desk, standin):
-    configure(chat_desk, standin.url, cases=["ord-001", "ord-002"], model={"retries": 3, "backoff_s": 0.01})
+    # One case at a time, so the refusals below meet the first case's first request.
+    configure(chat_desk, standin.url, cases=["ord-001", "ord-002"], model={"retries": 3, "backoff_s": 0.01}, concurrency=1)
     standin.failures.extend([429, 503, 500])  # the first request is refused three times, then answered
     _, _, runs = record(chat_desk)
     assert {run.status for run in runs.values()} == {"ok"}

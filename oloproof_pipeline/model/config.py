@@ -194,6 +194,21 @@ class ExecutionConfig(StrictModel):
     trials: int = Field(default=1, ge=1, le=MAX_TRIALS)
 
 
+# More cases in flight than this is a typo: each holds a system instance and a thread.
+MAX_CONCURRENCY = 1024
+
+
+class ConcurrencyConfig(StrictModel):
+    """Oloproof's `concurrency`: how many cases run at once (`system`), and how many judge
+    calls per endpoint (`judge`). Here `system` applies to `kind: chat_agent` (cases in
+    threads of one worker process, run/worker.py); a Python system runs one case at a time
+    per sandbox (`execution.workers` for more). `judge` is kept as read: no judge here calls
+    a model yet."""
+
+    system: int = Field(default=8, ge=1, le=MAX_CONCURRENCY)
+    judge: int = Field(default=4, ge=1, le=MAX_CONCURRENCY)
+
+
 class ScheduleConfig(StrictModel):
     cron: str = "0 2 * * *"
     timezone: str = "UTC"
@@ -240,6 +255,7 @@ class ProjectConfig(StrictModel):
     slices: list[Annotated[str, AfterValidator(_check_slice_spec)]] = Field(default_factory=list)
     min_slice_support: int = Field(default=10, ge=1)
     execution: ExecutionConfig = Field(default_factory=ExecutionConfig)
+    concurrency: ConcurrencyConfig = Field(default_factory=ConcurrencyConfig)
     schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
     # A correct agent, `module:func(input, toolbox)` returning the output: `oloproof certify`
     # plays it on each case without `expected.actions` (run/reference.py).

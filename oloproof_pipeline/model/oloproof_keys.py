@@ -15,7 +15,7 @@ from typing import Any, Iterable
 UNSUPPORTED_OLOPROOF_KEYS = frozenset(
     {
         # oloproof.yaml
-        "suite_role", "concurrency", "metrics", "predictive", "replicates", "budget", "pricing",
+        "suite_role", "metrics", "predictive", "replicates", "budget", "pricing",
         "egress", "adversarial",
         "system.http", "system.rag", "system.recorded", "system.held", "system.config",
         "system.timeout_s", "system.per_step", "system.simulated_user", "system.environment",

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from collections import defaultdict, deque
 from pathlib import Path
@@ -39,12 +40,16 @@ from ..model.digests import digest
 from ..model.errors import ProjectError
 from ..model.modules import load_callable
 from ..model.trajectory import MODEL_STEP, Step
+from .deadline import check_deadline, remaining_s
+from .limiter import endpoint_limiter
 from .toolbox import ReplayScript, ToolBox
 
 REQUEST_TAG = "chat_request/v1"
 # Waits between tries double from `backoff_s`, never beyond this (nor beyond a Retry-After under it).
 MAX_BACKOFF_S = 30.0
 SHOWN_BODY_CHARS = 200
+# A Retry-After on these pauses every request to the endpoint, not only the one refused.
+PAUSING_STATUSES = (429, 503)
 
 
 class ChatAgentSettings(BaseModel):
@@ -56,13 +61,16 @@ class ChatAgentSettings(BaseModel):
     prompt: str
     max_turns: int
     answer: ChatAnswerConfig
+    # Oloproof's `concurrency.system`: cases (so requests) in flight at once, per endpoint.
+    requests_at_once: int = 1
 
 
-def chat_agent_settings(system: SystemConfig) -> dict[str, Any] | None:
+def chat_agent_settings(system: SystemConfig, requests_at_once: int = 1) -> dict[str, Any] | None:
     """The settings a chat agent's worker builds it from (None for any other kind)."""
     if not system.is_chat_agent:
         return None
-    return system.model_dump(mode="json", include={"model", "prompt", "max_turns", "answer"})
+    settings = system.model_dump(mode="json", include={"model", "prompt", "max_turns", "answer"})
+    return {**settings, "requests_at_once": requests_at_once}
 
 
 def chat_agent_class(project_root: Path, tools: str, settings: dict[str, Any]) -> type:
@@ -91,41 +99,82 @@ def retry_after_s(response: httpx.Response) -> float | None:
 
 
 class ChatModel:
-    """An OpenAI-compatible chat-completions endpoint, called through httpx."""
+    """An OpenAI-compatible chat-completions endpoint, called through httpx, each request
+    through the process's limiter for that endpoint (run/limiter.py)."""
 
-    def __init__(self, config: ChatModelConfig, api_key: str | None):
+    def __init__(self, config: ChatModelConfig, api_key: str | None, requests_at_once: int = 1):
         self.config = config
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.url = config.base_url.rstrip("/") + "/chat/completions"
-        self._client = httpx.Client(headers=headers, timeout=config.request_timeout_s)
+        self._client = shared_client(api_key, requests_at_once)
+        self._limiter = endpoint_limiter(config.base_url, requests_at_once)
 
     def complete(self, body: dict[str, Any]) -> dict[str, Any]:
         """The turn the model answers `body` with: its message, finish reason, token usage,
-        latency (all tries, waits included) and how many tries it took."""
+        latency (all tries and their backoff, never the limiter's waits) and how many tries
+        it took."""
         started = time.perf_counter()
+        limited_s = 0.0
         problem, wait_hint = "", None
         tries = self.config.retries + 1
         for attempt in range(tries):
             if attempt:
-                time.sleep(self._backoff(attempt, wait_hint))
+                sleep_within_deadline(self._backoff(attempt, wait_hint))
             try:
-                response = self._client.post(self.url, json=body)
+                with self._limiter.slot() as waited_s:
+                    limited_s += waited_s
+                    response = self._client.post(self.url, json=body, timeout=self._request_timeout())
             except httpx.TransportError as error:  # refused, reset, timed out
+                check_deadline()  # a request cut short by the case's deadline is a timeout
                 problem, wait_hint = f"{type(error).__name__}: {error or 'no answer'}", None
                 continue
             if is_retryable(response.status_code):
                 problem, wait_hint = f"HTTP {response.status_code}: {response.text[:SHOWN_BODY_CHARS]}", retry_after_s(response)
+                if wait_hint is not None and response.status_code in PAUSING_STATUSES:
+                    self._limiter.pause(min(wait_hint, MAX_BACKOFF_S))  # every request to this endpoint waits
                 continue
             if response.is_error:  # a request the endpoint will never accept: no point trying again
                 raise ModelUnavailable(f"{self.url} refused the request: HTTP {response.status_code}: {response.text[:SHOWN_BODY_CHARS]}")
-            return {**completion_turn(response, self.url), "latency_s": round(time.perf_counter() - started, 6), "attempts": attempt + 1}
+            latency_s = time.perf_counter() - started - limited_s
+            return {**completion_turn(response, self.url), "latency_s": round(latency_s, 6), "attempts": attempt + 1}
         raise ModelUnavailable(f"{self.url} failed {tries} time(s); the last: {problem}")
+
+    def _request_timeout(self) -> float:
+        """The request's timeout, never beyond what is left of the case's checked deadline."""
+        left = remaining_s()
+        timeout = self.config.request_timeout_s
+        if left is None:
+            return timeout
+        check_deadline()
+        return max(0.001, min(timeout, left))
 
     def _backoff(self, attempt: int, hint: float | None) -> float:
         wait = self.config.backoff_s * 2 ** (attempt - 1)
         if hint is not None:
             wait = max(wait, hint)
         return min(wait, MAX_BACKOFF_S)
+
+
+_clients: dict[tuple[str | None, int], httpx.Client] = {}
+_clients_lock = threading.Lock()
+
+
+def shared_client(api_key: str | None, requests_at_once: int) -> httpx.Client:
+    """One HTTP client per key in the process, shared by the cases side by side (httpx's
+    client is thread-safe; making one costs an SSL context): its connections are not what
+    bounds the requests in flight, the limiter is."""
+    with _clients_lock:
+        if (api_key, requests_at_once) not in _clients:
+            headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+            limits = httpx.Limits(max_connections=None, max_keepalive_connections=requests_at_once)
+            _clients[api_key, requests_at_once] = httpx.Client(headers=headers, limits=limits)
+        return _clients[api_key, requests_at_once]
+
+
+def sleep_within_deadline(seconds: float) -> None:
+    """Sleep, but no later than the case's checked deadline (then CaseTimedOut)."""
+    left = remaining_s()
+    time.sleep(seconds if left is None else max(0.0, min(seconds, left)))
+    check_deadline()
 
 
 def completion_turn(response: httpx.Response, url: str) -> dict[str, Any]:
@@ -203,7 +252,8 @@ class ChatAgent:
         self.schemas = tool_schemas(self.environment, f"{where}.tools ({self.tools_name})")
         self.toolbox = ToolBox({name: getattr(self.environment, name) for name in self.schemas})
         self.prompt = read_prompt(self.project_root / self.settings.prompt, f"{where}.prompt")
-        self.model = ChatModel(self.settings.model, api_key(self.settings.model, f"{where}.model.api_key_env"))
+        key = api_key(self.settings.model, f"{where}.model.api_key_env")
+        self.model = ChatModel(self.settings.model, key, self.settings.requests_at_once)
 
     # -- the sandbox: the tools' own state ------------------------------------------------
 
@@ -261,6 +311,7 @@ class ChatAgent:
     def dispatch(self, name: Any, arguments_text: Any) -> Any:
         """Run the tool the model asked for through the tool box; a call the model got wrong
         is an error result it sees, as a real agent runtime would hand it back."""
+        check_deadline()
         if name not in self.schemas:
             return {"error": f"no tool named {name!r} (tools: {', '.join(sorted(self.schemas))})"}
         try:

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from itertools import tee
+from typing import Any, Iterable, Iterator
 
 import pandas as pd
 
@@ -25,7 +26,7 @@ from ..model.errors import ProjectError
 from ..model.faults import FaultPlan, FaultReplay, checkpoint_before
 from ..model.fingerprints import producer_code_version, row_key
 from ..model.outcomes import MISSING
-from ..model.records import RecordedRun
+from ..model.records import RecordedRun, ReplayResult
 from ..model.trajectory import Checkpoint
 from ..store.decoding import case_models, replay_models, run_models
 from ..store.stored import StoredTable
@@ -43,8 +44,8 @@ from ..store.tables import (
 from .reuse import KnownWork, WorkCounts
 from .sandboxes import Sandboxes, SandboxTask
 from .stage import Left, StoredWork, run_stage
-from .supervisor import SupervisedSandbox
-from .system import ResolvedSystem
+from .supervisor import ReplayTask, SupervisedSandbox
+from .system import ResolvedSystem, cases_at_once
 
 TABLE = "fault_replays"
 # A replay is one case digest, under one plan, of one recording: the cache key.
@@ -252,6 +253,34 @@ def replay_one(
     trajectory = item.recording.trajectory
     control = runner.replay(item.case, trajectory, item.checkpoint, None)
     faulted = runner.replay(item.case, trajectory, item.checkpoint, item.plan.change_at(trajectory, item.call_index))
+    return fault_replay(item, control, faulted, version, run_id)
+
+
+def replay_side_by_side(
+    runner: SupervisedSandbox, items: Iterable[PendingReplay], version: str, run_id: str, refusal: list[str] | None = None
+) -> Iterator[tuple[PendingReplay, FaultReplay]]:
+    """`replay_one` for a stream of items on a sandbox that runs cases side by side (a chat
+    agent's `concurrency.system`): every control and faulted replay is one task among them."""
+    if refusal is not None and not runner.facts().replayable:
+        raise ProjectError(refusal)
+    asked, answered = tee(items)
+    results = runner.replay_each(task for item in asked for task in replay_tasks(item))
+    for item in answered:
+        control, faulted = next(results), next(results)
+        yield item, fault_replay(item, control, faulted, version, run_id)
+
+
+def replay_tasks(item: PendingReplay) -> tuple[ReplayTask, ReplayTask]:
+    trajectory = item.recording.trajectory
+    change = item.plan.change_at(trajectory, item.call_index)
+    return (
+        ReplayTask(case=item.case, trajectory=trajectory, checkpoint=item.checkpoint, change=None),
+        ReplayTask(case=item.case, trajectory=trajectory, checkpoint=item.checkpoint, change=change),
+    )
+
+
+def fault_replay(item: PendingReplay, control: ReplayResult, faulted: ReplayResult, version: str, run_id: str) -> FaultReplay:
+    """One candidate's replays as its stored row, judged."""
     replay = FaultReplay(
         **base_row(item.case, item.recording, item.plan, version),
         outcome=MISSING,
@@ -298,8 +327,10 @@ class ReplayStage:
         refusal = unreplayable(self.project, work.pending)
         if system.replayable is False:
             raise ProjectError(refusal)
-        task = partial(replay_one, version=self.version, run_id=self.run_id, refusal=None if system.replayable else refusal)
-        return Left(work.pending, SandboxTask(one=task))
+        settings = dict(version=self.version, run_id=self.run_id, refusal=None if system.replayable else refusal)
+        # Side by side only where cases run so (a chat agent); elsewhere one replay at a time, as ever.
+        each = partial(replay_side_by_side, **settings) if cases_at_once(self.project) > 1 else None
+        return Left(work.pending, SandboxTask(one=partial(replay_one, **settings), each=each))
 
     def finished(self, work: ReplayWork, item: PendingReplay, result: Any) -> dict[str, Any]:
         replay = worker_failed(item, result, self.version, self.run_id) if isinstance(result, Exception) else result

@@ -14,50 +14,22 @@ from __future__ import annotations
 
 import copy
 import json
-import signal
 import threading
 import time
 import traceback
-from contextlib import contextmanager
 from functools import cached_property
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from pydantic import ValidationError
 
 from ..model.digests import state_digest
 from ..model.cases import CaseRecord
 from ..model.records import EnvironmentState, RecordedRun, ReplayResult
+from .deadline import CaseTimedOut, case_deadline
 from .system import Replayable, Stateful, system_toolbox
 from ..model.trajectory import ToolChange
 from .toolbox import ReplayScript, StepLimitReached
 from ..model.trajectory import Checkpoint, Trajectory
-
-
-class CaseTimedOut(BaseException):
-    """The case's deadline passed. A BaseException, so an agent's `except Exception` around
-    its own work does not swallow it."""
-
-
-@contextmanager
-def case_deadline(timeout_s: float) -> Iterator[None]:
-    """Interrupt the work inside with CaseTimedOut after `timeout_s`: one timer per case.
-
-    Signals reach only the main thread; elsewhere nothing interrupts the work here, and the
-    supervisor's deadline (which stops the whole process) is the only one."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def on_deadline(signum: int, frame: Any) -> None:
-        raise CaseTimedOut(f"no answer within {timeout_s:g} s")
-
-    previous = signal.signal(signal.SIGALRM, on_deadline)
-    signal.setitimer(signal.ITIMER_REAL, timeout_s)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def attempt(function: Callable[[], Any]) -> tuple[Any, BaseException | None]:

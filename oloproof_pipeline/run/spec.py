@@ -57,6 +57,9 @@ class SandboxSettings:
     # be mislabelled); a probe, which asks the version, and certification, whose runs are
     # filed under no version, do not.
     checks_version: bool = True
+    # Cases one sandbox runs side by side, in threads of its one worker process (a chat
+    # agent's `concurrency.system`); 1: one at a time on the worker's main thread.
+    cases_at_once: int = 1
 
     def as_json(self) -> dict[str, Any]:
         return {**asdict(self), "spec": self.spec.as_json()}

@@ -86,6 +86,8 @@ class RecordTask(BaseModel):
 
     op: Literal["record"] = "record"
     case: CaseRecord
+    # Its place in the stream, which the answer carries (cases side by side end in any order).
+    number: int | None = None
 
 
 class ReplayTask(BaseModel):
@@ -96,6 +98,7 @@ class ReplayTask(BaseModel):
     trajectory: Trajectory
     checkpoint: Checkpoint
     change: ToolChange | None = None
+    number: int | None = None
 
 
 Task = Annotated[RecordTask | ReplayTask, Field(discriminator="op")]
@@ -117,6 +120,8 @@ class WorkerMessage(BaseModel):
     # The worker could not serve the task at all (never one of the system's failures).
     problem: str | None = None
     ended: int | None = None
+    # The number of the task answered (cases side by side).
+    number: int | None = None
 
 
 def describe_exit(returncode: int | None) -> str:
@@ -365,11 +370,16 @@ class SupervisedSandbox:
     def replay(
         self, case: CaseRecord, trajectory: Trajectory, checkpoint: Checkpoint, change: ToolChange | None
     ) -> ReplayResult:
-        task = ReplayTask(case=case, trajectory=trajectory, checkpoint=checkpoint, change=change)
-        [(_, answer)] = list(self._run_tasks([task]))
-        if isinstance(answer, WorkerLost):
-            return ReplayResult(status=answer.status, error=answer.error, duration_s=answer.duration_s)
-        return answer.replayed
+        [result] = list(self.replay_each([ReplayTask(case=case, trajectory=trajectory, checkpoint=checkpoint, change=change)]))
+        return result
+
+    def replay_each(self, tasks: Iterable[ReplayTask]) -> Iterator[ReplayResult]:
+        """Each replay's result, in order (queued behind the one running, or side by side)."""
+        for _, answer in self._run_tasks(tasks):
+            if isinstance(answer, WorkerLost):
+                yield ReplayResult(status=answer.status, error=answer.error, duration_s=answer.duration_s)
+            else:
+                yield answer.replayed
 
     def facts(self) -> SystemFacts:
         """What the system in this sandbox says about itself (its worker started if none is)."""
@@ -381,6 +391,9 @@ class SupervisedSandbox:
         worker ended or was stopped gets WorkerLost; the tasks queued behind it never
         started, so a fresh worker runs them."""
         with self._lock:
+            if self.settings.cases_at_once > 1:
+                yield from self._run_side_by_side(tasks)
+                return
             upcoming = _Upcoming(tasks)
             queued: deque[tuple[RecordTask | ReplayTask, bytes]] = deque()  # on the channel; the first runs
             try:
@@ -412,6 +425,56 @@ class SupervisedSandbox:
             finally:
                 if queued:  # left before their answers came (the caller stopped asking): never reuse
                     self._drop_worker()
+
+    def _run_side_by_side(self, tasks: Iterable[RecordTask | ReplayTask]) -> Iterator[tuple[Any, Any]]:
+        """`_run_tasks` with up to `cases_at_once` cases in flight on one worker (each in a
+        thread of its own there, on a system instance of its own), each under its own
+        deadline from when it was sent; yielded in order. A case that overruns its deadline
+        is the one recorded as a timeout; the cases in flight beside it start again on a
+        fresh worker. A worker that ends with several cases in flight cannot say which one
+        ended it: those cases run again one at a time, so the crash costs only its own."""
+        upcoming = _Upcoming(task.model_copy(update={"number": number}) for number, task in enumerate(tasks))
+        in_flight: dict[int, tuple[RecordTask | ReplayTask, bytes, float]] = {}
+        done: dict[int, tuple[Any, Any]] = {}
+        suspects: set[int] = set()  # in flight when a worker ended: each runs alone (first in line)
+        following = 0
+        try:
+            while True:
+                while len(in_flight) < (1 if suspects else self.settings.cases_at_once):
+                    item = upcoming.take()
+                    if item is None:
+                        break
+                    worker = self._worker if in_flight else self._ready_worker()
+                    worker.send(item[1])
+                    in_flight[item[0].number] = (*item, time.monotonic())
+                if not in_flight:
+                    return
+                first_deadline = min(started for _, _, started in in_flight.values()) + self.settings.timeout_s + KILL_GRACE_S
+                try:
+                    message = worker.receive(first_deadline)
+                except WorkerLost as lost:
+                    self._drop_worker()
+                    if lost.status == "timeout" or len(in_flight) == 1:
+                        culprit = min(in_flight, key=lambda number: in_flight[number][2])
+                        task, _, started = in_flight.pop(culprit)
+                        done[culprit] = (task, self._lost(lost, started))
+                        suspects.discard(culprit)
+                    else:
+                        suspects |= set(in_flight)
+                    upcoming.put_back([(task, line) for _, (task, line, _) in sorted(in_flight.items())])
+                    in_flight.clear()
+                else:
+                    if message.number not in in_flight:
+                        continue  # not an answer to anything asked: nothing to trust it with
+                    task, _, _ = in_flight.pop(message.number)
+                    suspects.discard(message.number)
+                    done[message.number] = (task, WorkerLost("error", message.problem) if message.problem is not None else message)
+                while following in done:
+                    yield done.pop(following)
+                    following += 1
+        finally:
+            if in_flight:  # left before their answers came (the caller stopped asking): never reuse
+                self._drop_worker()
 
     def _lost(self, lost: WorkerLost, started: float) -> WorkerLost:
         if lost.status == "timeout":

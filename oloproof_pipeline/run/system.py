@@ -38,13 +38,21 @@ class Replayable(Protocol):
 
 def system_spec(project: Project) -> SystemSpec:
     system = project.config.system
-    return SystemSpec(str(project.root), system.callable, system.name, chat_agent=chat_agent_settings(system))
+    settings = chat_agent_settings(system, cases_at_once(project))
+    return SystemSpec(str(project.root), system.callable, system.name, chat_agent=settings)
+
+
+def cases_at_once(project: Project) -> int:
+    """How many cases one sandbox runs side by side: `concurrency.system` for a chat agent
+    (threads of one worker process, run/worker.py); one for a Python system, whose own
+    code may not be safe to run twice in one process."""
+    return project.config.concurrency.system if project.config.system.is_chat_agent else 1
 
 
 def sandbox_settings(project: Project, version: str) -> SandboxSettings:
     """The sandboxes of one partition's stage: this system, filed under `version`, each case
     under `execution.timeout_s`."""
-    return SandboxSettings(system_spec(project), version, project.config.execution.timeout_s)
+    return SandboxSettings(system_spec(project), version, project.config.execution.timeout_s, cases_at_once=cases_at_once(project))
 
 
 def reported_version(attribute: Any) -> str | None:

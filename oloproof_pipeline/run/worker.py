@@ -19,7 +19,10 @@ import selectors
 import signal
 import socket
 import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any, Callable
 
 from ..model.config import PROJECT_FILE
 from ..model.errors import ProjectError
@@ -100,15 +103,32 @@ def serve(runner: SandboxRunner, task: RecordTask | ReplayTask) -> WorkerMessage
     return answer
 
 
+_building = threading.Lock()
+
+
+def one_build_at_a_time(build: Callable[[], Any]) -> Callable[[], Any]:
+    """`build`, never run by two threads at once: building a chat agent imports its tools'
+    module afresh under one name in sys.modules, which two imports at once would mix up."""
+
+    def built() -> Any:
+        with _building:
+            return build()
+
+    return built
+
+
 def start(settings: SandboxSettings) -> tuple[SandboxRunner, SystemFacts]:
-    """Import and build the system once; the runner, and what the system says about itself."""
+    """Import and build the system once; the runner, and what the system says about itself.
+    `runner.another()` makes another runner over a system instance of its own."""
     spec = settings.spec
     attribute = spec.load_attribute()
     build = lambda: build_system(attribute)  # noqa: E731
     if spec.plays_references:
         reference = load_reference(spec)
         build = lambda: ReferencePlayer(build_system(attribute), reference)  # noqa: E731
+    build = one_build_at_a_time(build)
     runner = SandboxRunner(build, system_version=settings.version, timeout_s=settings.timeout_s)
+    runner.another = lambda: SandboxRunner(build, system_version=settings.version, timeout_s=settings.timeout_s)
     return runner, SystemFacts(version=reported_version(attribute), replayable=can_replay(runner.system))
 
 
@@ -126,6 +146,8 @@ def work(settings: SandboxSettings, channel: socket.socket) -> None:
         leave()
     send(channel, WorkerMessage(ready=facts))
     refusal = version_refusal(settings, facts.version)
+    if settings.cases_at_once > 1:
+        serve_side_by_side(settings, runner, channel, refusal)
     for line in channel.makefile("rb"):
         try:
             task = TASKS.validate_json(line)
@@ -137,6 +159,49 @@ def work(settings: SandboxSettings, channel: socket.socket) -> None:
         send(channel, answer)
         if answer.retire:
             break
+    leave()
+
+
+def serve_side_by_side(settings: SandboxSettings, first: SandboxRunner, channel: socket.socket, refusal: str | None) -> None:
+    """Up to `cases_at_once` cases at once (the supervisor sends no more), each on a thread
+    of its own with a runner, so a system instance, of that thread's own: no case sees
+    another's state, and each resets and checks its own. Each answer goes back as its case
+    ends, with the task's number; a case past its deadline stops at its next model request
+    or tool call (run/deadline.py), its instance replaced, so the worker need not retire.
+    Ends the process when the channel closes."""
+    spare = [first]
+    local = threading.local()
+    sending = threading.Lock()
+
+    def run(task: RecordTask | ReplayTask) -> None:
+        try:
+            if refusal is not None:
+                answer = refused(task, settings.version, refusal)
+            else:
+                if getattr(local, "runner", None) is None:
+                    try:
+                        local.runner = spare.pop()
+                    except IndexError:
+                        local.runner = first.another()
+                answer = serve(local.runner, task)
+                answer.retire = False
+        except SystemExit as leaving:  # the system asked its process to end: it does
+            leave(exit_code(leaving))
+        except Exception as error:  # never the system's failures: those are in the answer
+            answer = WorkerMessage(problem=f"the worker could not run this case: {type(error).__name__}: {error}")
+        answer.number = task.number
+        with sending:
+            send(channel, answer)
+
+    pool = ThreadPoolExecutor(max_workers=settings.cases_at_once, thread_name_prefix="case")
+    for line in channel.makefile("rb"):
+        try:
+            task = TASKS.validate_json(line)
+        except ValueError as error:
+            with sending:
+                send(channel, WorkerMessage(problem=f"the worker could not read a task: {error}"))
+            continue
+        pool.submit(run, task)
     leave()
 
 
