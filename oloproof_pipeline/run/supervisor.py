@@ -335,6 +335,11 @@ class WorkerProcess:
         self._finalizer()
 
 
+def pipeline_failed(problem: str) -> PipelineError:
+    """The worker could not serve a task: a bug of ours fails the run, never costs a case."""
+    return PipelineError(f"{problem} (an error in oloproof_pipeline, not in the system under test)")
+
+
 class SupervisedSandbox:
     """One sandbox: the system in a supervised worker process, one case at a time.
 
@@ -415,7 +420,7 @@ class SupervisedSandbox:
                         message = None
                     started = time.monotonic()  # the next queued task starts now
                     if message is not None and message.problem is not None:  # our code failed, not the system
-                        raise PipelineError(f"{message.problem} (an error in oloproof_pipeline, not in the system under test)")
+                        raise pipeline_failed(message.problem)
                     if message is not None:
                         yield task, message
                     if message is None or message.retire:  # ended, or interrupted mid-case: a fresh worker
@@ -466,9 +471,11 @@ class SupervisedSandbox:
                 else:
                     if message.number not in in_flight:
                         continue  # not an answer to anything asked: nothing to trust it with
+                    if message.problem is not None:  # our code failed, not the system (as one at a time)
+                        raise pipeline_failed(message.problem)
                     task, _, _ = in_flight.pop(message.number)
                     suspects.discard(message.number)
-                    done[message.number] = (task, WorkerLost("error", message.problem) if message.problem is not None else message)
+                    done[message.number] = (task, message)
                 while following in done:
                     yield done.pop(following)
                     following += 1
