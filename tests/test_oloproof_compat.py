@@ -242,8 +242,8 @@ def test_a_release_policy_with_no_rules_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("file", "text", "location", "key"),
     [
-        ("oloproof.yaml", "budget: {usd: 5}\n", "budget", "budget"),
-        ("oloproof.yaml", "pricing: {}\n", "pricing", "pricing"),
+        ("oloproof.yaml", "replicates: 3\n", "replicates", "replicates"),
+        ("oloproof.yaml", "egress: []\n", "egress", "egress"),
         ("oloproof.yaml", "predictive: {}\n", "predictive", "predictive"),
         ("release.yaml", "require_approval: true\n", "require_approval", "require_approval"),
         ("release.yaml", "difference_method: newcombe\n", "difference_method", "difference_method"),

@@ -209,6 +209,35 @@ class ConcurrencyConfig(StrictModel):
     judge: int = Field(default=4, ge=1, le=MAX_CONCURRENCY)
 
 
+class BudgetConfig(StrictModel):
+    """Oloproof's `budget`: the most one run may spend, in model calls, tokens (prompt plus
+    completion) or dollars (priced by `pricing`); at least one is set. A reused recording
+    costs nothing. The run starts no new case once one is reached (so it may end above it by
+    the cases in flight); the cases it did not run are recorded as not run (run/budget.py)."""
+
+    model_calls: int | None = Field(default=None, gt=0)
+    tokens: int | None = Field(default=None, gt=0)
+    usd: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _something_is_bounded(self) -> "BudgetConfig":
+        if self.model_calls is None and self.tokens is None and self.usd is None:
+            raise ValueError("a budget sets at least one of model_calls, tokens or usd")
+        return self
+
+
+class ModelRateConfig(StrictModel):
+    """Oloproof's `pricing` entry: what one model (its name as `system.model.name` gives it,
+    matched exactly) costs this project, in dollars per million tokens."""
+
+    model: str = Field(min_length=1)
+    input_per_mtok: float = Field(ge=0)
+    output_per_mtok: float = Field(ge=0)
+
+    def usd(self, *, input_tokens: int, output_tokens: int) -> float:
+        return (input_tokens * self.input_per_mtok + output_tokens * self.output_per_mtok) / 1e6
+
+
 class ScheduleConfig(StrictModel):
     cron: str = "0 2 * * *"
     timezone: str = "UTC"
@@ -257,6 +286,8 @@ class ProjectConfig(StrictModel):
     execution: ExecutionConfig = Field(default_factory=ExecutionConfig)
     concurrency: ConcurrencyConfig = Field(default_factory=ConcurrencyConfig)
     schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
+    budget: BudgetConfig | None = None
+    pricing: list[ModelRateConfig] = Field(default_factory=list)
     # A correct agent, `module:func(input, toolbox)` returning the output: `oloproof certify`
     # plays it on each case without `expected.actions` (run/reference.py).
     reference: str | None = Field(default=None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")

@@ -17,7 +17,7 @@ from typing import Any, Callable
 import pandas as pd
 
 from ..model.cases import CaseRecord
-from ..model.config import Project
+from ..model.config import Project, ProjectConfig
 from ..model.fingerprints import CodeFingerprint, row_key, system_code_fingerprint
 from ..model.records import RecordedRun
 from ..model.trajectory import Trajectory
@@ -35,6 +35,7 @@ from ..store.tables import (
     with_values,
     runs_from_table,
 )
+from .budget import cost_usd
 from .reuse import KnownWork, WorkCounts
 from .sandboxes import RECORD, Sandboxes, lost_recording
 from .stage import Left, StoredWork, run_stage
@@ -65,14 +66,17 @@ def recording_key(case_digest: str, version: str, code_fingerprint: str | None, 
     return row_key("recording", case_digest, version, code_fingerprint, run_id, status)
 
 
-def recording_row(run: RecordedRun, code: CodeFingerprint) -> dict[str, Any]:
-    """A finished recording as a table (and journal) row, with the code that made it."""
+def recording_row(run: RecordedRun, code: CodeFingerprint, config: ProjectConfig) -> dict[str, Any]:
+    """A finished recording as a table (and journal) row, with the code that made it, and its
+    model usage and what that cost by `pricing`."""
+    usage = (run.trajectory or Trajectory()).model_usage()
     return {
         **run.model_dump(mode="json"),
         "code_fingerprint": code.digest,
         "code_files": code.files_text,
         "recording_key": recording_key(run.case_digest, run.system_version, code.digest, run.recorded_by_run, run.status),
-        **(run.trajectory or Trajectory()).model_usage(),
+        **usage,
+        "cost_usd": cost_usd(config, usage),
     }
 
 
@@ -200,7 +204,7 @@ class RecordingStage:
         trial, case = item
         run = lost_recording(case, result, self.version)
         run.recorded_by_run = self.run_id
-        row = self.row(recording_row(run, self.code), trial)
+        row = self.row(recording_row(run, self.code, self.project.config), trial)
         recordings.new[trial].add(row)
         recordings.summary.failed += run.status != OK
         if self.on_recorded is not None:

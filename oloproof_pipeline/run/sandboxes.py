@@ -21,6 +21,7 @@ from ..model.config import ExecutionConfig
 from ..model.digests import canonical_json
 from ..model.errors import PipelineError, ProjectError
 from ..model.records import RecordedRun
+from .budget import BudgetExhausted
 from .spec import SandboxSettings
 from .supervisor import SupervisedSandbox, start_fork_server
 
@@ -171,7 +172,8 @@ def lost_recording(case: CaseRecord, result: RecordedRun | Exception, version: s
         return result
     return RecordedRun(
         case_id=case.case_id, case_digest=case.case_digest, system_version=version, status="error",
-        error=f"the Dask worker running this case failed: {type(result).__name__}: {result}",
+        error=str(result) if isinstance(result, BudgetExhausted)
+        else f"the Dask worker running this case failed: {type(result).__name__}: {result}",
     )
 
 

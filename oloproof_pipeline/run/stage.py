@@ -25,6 +25,7 @@ from ..model.config import Project
 from ..model.errors import SystemVersionMismatch
 from ..store.journal import Journal, sandbox_lock
 from ..store.stored import StoredTable
+from .budget import BudgetExhausted, Spend, not_run_error
 from .reuse import KnownWork, journal_state, known_work
 from .sandboxes import Sandboxes, SandboxTask, in_sandboxes
 from .system import ResolvedSystem, resolve_system, sandbox_settings
@@ -157,10 +158,36 @@ def run_left(
         return
     left = stage.work(plan, system)
     settings = sandbox_settings(project, version)
+    spend = spend_of(stage, project)
+    not_run: list[Any] = []
+    items = spend.until_reached(left.items, not_run) if spend is not None else left.items
     with ExitStack() as opened:
         journal_line = None
-        for item, result in in_sandboxes(settings, left.items, left.task, sandboxes=sandboxes):
+        for item, result in in_sandboxes(settings, items, left.task, sandboxes=sandboxes):
             row = stage.finished(plan, item, result)
             if journal_line is None:
                 journal_line = opened.enter_context(journal.appending())
             journal_line(row)
+            if spend is not None:
+                spend.add(row)
+        if not_run:
+            # Recorded as not run (an error, so never reused and judged MISSING): a rerun
+            # with a higher budget records them.
+            stopped = BudgetExhausted(not_run_error(spend.reached() or "a ceiling reached"))
+            journal_line = journal_line or opened.enter_context(journal.appending())
+            for item in not_run:
+                journal_line(stage.finished(plan, item, stopped))
+    if not_run:
+        raise BudgetExhausted(
+            f"the run stopped: budget exhausted ({spend.reached()}); {len(not_run)} "
+            f"{'case' if len(not_run) == 1 else 'cases'} not run, recorded as not run (raise the budget and run again)"
+        )
+
+
+def spend_of(stage: Stage[Any, Any], project: Project) -> Spend | None:
+    """The budget's running total, for a stage whose rows carry model usage (recordings and
+    trials); None without a `budget:`."""
+    budget = project.config.budget
+    if budget is None or "model_calls" not in stage.stored.schema.names:
+        return None
+    return Spend(budget)

@@ -103,15 +103,18 @@ RECORDED_RUNS_SCHEMA = pa.schema(
         # A chat agent's model calls made live for the case, their tokens and latency (nulls
         # for a system with no model turns; Trajectory.model_usage).
         ("model_calls", INT), ("prompt_tokens", INT), ("completion_tokens", INT), ("model_latency_s", FLOAT),
+        # What those tokens cost by `pricing:` (null without a rate for the model; run/budget.py).
+        ("cost_usd", FLOAT),
     ]
 )
-MODEL_USAGE_COLUMNS = frozenset({"model_calls", "prompt_tokens", "completion_tokens", "model_latency_s"})
+MODEL_USAGE_COLUMNS = frozenset({"model_calls", "prompt_tokens", "completion_tokens", "model_latency_s", "cost_usd"})
+FLOAT_USAGE_COLUMNS = frozenset({"model_latency_s", "cost_usd"})
 
 
 def model_usage_totals(runs: pd.DataFrame) -> dict[str, float | int]:
     """The model calls, tokens and latency of a version's recordings, summed (none without any)."""
     present = [name for name in sorted(MODEL_USAGE_COLUMNS) if name in runs.columns and runs[name].notna().any()]
-    return {name: (round(float(runs[name].sum()), 6) if name == "model_latency_s" else int(runs[name].sum())) for name in present}
+    return {name: (round(float(runs[name].sum()), 6) if name in FLOAT_USAGE_COLUMNS else int(runs[name].sum())) for name in present}
 VERDICTS_SCHEMA = pa.schema(
     [
         ("case_id", TEXT), ("case_digest", TEXT), ("group_id", TEXT), ("criterion", TEXT), ("outcome", TEXT),

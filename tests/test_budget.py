@@ -1,0 +1,127 @@
+"""Oloproof's `budget:` and `pricing:` for a chat agent, against the example's stand-in model
+on 127.0.0.1 (tests/test_concurrency.py's counting server): what a run spends is counted in
+the stand-in's own log, never timed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+import yaml
+
+from oloproof_pipeline.defs.launch import run_evaluation
+from oloproof_pipeline.model.cases import load_cases
+from oloproof_pipeline.model.errors import ProjectError
+from oloproof_pipeline.project import load_project
+from oloproof_pipeline.run.budget import BudgetExhausted
+from oloproof_pipeline.run.recording import record_cases
+from oloproof_pipeline.store.layout import table_path
+
+from test_chat_agent import VERSION
+from test_concurrency import CountingStandIn, chat_desk  # noqa: F401 - the fixture
+
+CONCURRENCY = 2
+RATE = {"model": "standin", "input_per_mtok": 3.0, "output_per_mtok": 15.0}
+
+
+def configure(root: Path, url: str, **keys: Any) -> None:
+    config = yaml.safe_load((root / "oloproof.yaml").read_text())
+    config["system"]["model"]["base_url"] = url
+    config["concurrency"] = {"system": CONCURRENCY}
+    config.update(keys)
+    (root / "oloproof.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+
+
+def record(root: Path, run_id: str = "run-1"):
+    project = load_project(root)
+    return record_cases(project, load_cases(project), version=VERSION, run_id=run_id)
+
+
+def journalled(root: Path) -> list[dict[str, Any]]:
+    [journal] = [path for path in (root / ".oloproof").rglob("*.jsonl") if "recorded_runs" in str(path)]
+    return [json.loads(line) for line in journal.read_text().splitlines() if line.strip()]
+
+
+def test_a_model_call_budget_stops_starting_cases_and_records_the_rest_as_not_run(chat_desk):
+    """Under `budget: {model_calls: 6}` the stand-in gets the cases started before six calls
+    were counted (each case makes its calls, at most CONCURRENCY + 1 cases in flight past the
+    ceiling); the rest are recorded as not run, and a rerun with a higher budget records
+    exactly those and reuses the others."""
+    with CountingStandIn() as standin:
+        configure(chat_desk, standin.url, budget={"model_calls": 6})
+        with pytest.raises(BudgetExhausted, match=r"budget exhausted \(model_calls 6 reached"):
+            record(chat_desk)
+        rows = journalled(chat_desk)
+        done = [row for row in rows if row["status"] == "ok"]
+        not_run = [row for row in rows if row["status"] != "ok"]
+        assert len(rows) == 8 and done and not_run
+        assert all(row["error"].startswith("not run: budget exhausted (model_calls 6 reached") for row in not_run)
+        assert {row["model_calls"] for row in not_run} == {None}
+        # Every request the stand-in got is a recorded call; the ceiling was passed only by
+        # the cases in flight when it was reached.
+        per_case = max(row["model_calls"] for row in done)
+        assert len(standin.log) == sum(row["model_calls"] for row in done)
+        assert len(standin.log) <= 6 + (CONCURRENCY + 1) * per_case
+
+        before = len(standin.log)
+        configure(chat_desk, standin.url, budget={"model_calls": 1000})
+        runs, summary = record(chat_desk, "run-2")
+    assert {run.status for run in runs} == {"ok"}
+    assert summary.new == len(not_run) and summary.reused == len(done)
+    assert len(standin.log) - before == sum(run.trajectory and len([t for t in run.trajectory.model_turns() if not t["served"]]) or 0
+                                            for run in runs if run.recorded_by_run == "run-2")
+
+
+def test_a_dollar_budget_counts_the_priced_tokens_and_the_run_exits_incomplete(chat_desk, instance):
+    """`pricing` gives each recording its `cost_usd`; under `budget: {usd: ...}` the launched
+    run fails with the ceiling named (exit 5, as Oloproof's budget stop), never a gate."""
+    with CountingStandIn() as standin:
+        configure(chat_desk, standin.url, pricing=[RATE])
+        record(chat_desk)
+        stored = pd.DataFrame(journalled(chat_desk))
+        expected = (stored["prompt_tokens"] * 3.0 + stored["completion_tokens"] * 15.0) / 1e6
+        assert (stored["cost_usd"] - expected).abs().max() < 1e-12 and (stored["cost_usd"] > 0).all()
+        one_case = float(stored["cost_usd"].max())
+
+    (chat_desk / ".oloproof").rename(chat_desk / "old-oloproof")
+    with CountingStandIn() as standin:
+        configure(chat_desk, standin.url, pricing=[RATE], budget={"usd": one_case * 2})
+        evaluation = run_evaluation(chat_desk, instance=instance)
+    assert not evaluation.success and not evaluation.configuration_error
+    [error] = evaluation.errors
+    assert "budget exhausted (usd" in error and "not run" in error
+    assert not table_path(chat_desk, "gate", VERSION).exists()
+
+
+def test_without_a_price_the_cost_is_none_and_a_dollar_budget_stops_at_once(chat_desk):
+    with CountingStandIn() as standin:
+        configure(chat_desk, standin.url, budget={"usd": 5.0})
+        with pytest.raises(BudgetExhausted, match="no `pricing:` rate"):
+            record(chat_desk)
+    rows = journalled(chat_desk)
+    assert [row["cost_usd"] for row in rows if row["status"] == "ok"] == [None] * sum(row["status"] == "ok" for row in rows)
+    assert sum(row["status"] == "ok" for row in rows) <= CONCURRENCY + 1
+
+
+@pytest.mark.parametrize(
+    ("keys", "field"),
+    [
+        ({"budget": {"model_calls": 0}}, "budget.model_calls"),
+        ({"budget": {"usd": -1}}, "budget.usd"),
+        ({"budget": {"tokens": "many"}}, "budget.tokens"),
+        ({"budget": {}}, "budget"),
+        ({"budget": {"calls": 4}}, "budget.calls"),
+        ({"pricing": [{"model": "standin", "input_per_mtok": -1, "output_per_mtok": 1}]}, "pricing[0].input_per_mtok"),
+        ({"pricing": [{"model": "standin", "input_per_mtok": 1}]}, "pricing[0].output_per_mtok"),
+        ({"pricing": {"model": "standin"}}, "pricing"),
+    ],
+)
+def test_a_bad_budget_or_pricing_is_one_line_naming_file_line_and_field(chat_desk, keys, field):
+    configure(chat_desk, "http://127.0.0.1:9/v1", **keys)
+    with pytest.raises(ProjectError) as refused:
+        load_project(chat_desk)
+    [line] = str(refused.value).splitlines()
+    assert "oloproof.yaml:" in line and field in line
