@@ -71,8 +71,7 @@ def test_a_model_call_budget_stops_starting_cases_and_records_the_rest_as_not_ru
         runs, summary = record(chat_desk, "run-2")
     assert {run.status for run in runs} == {"ok"}
     assert summary.new == len(not_run) and summary.reused == len(done)
-    assert len(standin.log) - before == sum(run.trajectory and len([t for t in run.trajectory.model_turns() if not t["served"]]) or 0
-                                            for run in runs if run.recorded_by_run == "run-2")
+    assert len(standin.log) - before == sum(row["model_calls"] for row in journalled(chat_desk) if row["recorded_by_run"] == "run-2")
 
 
 def test_a_dollar_budget_counts_the_priced_tokens_and_the_run_exits_incomplete(chat_desk, instance):
@@ -125,3 +124,17 @@ def test_a_bad_budget_or_pricing_is_one_line_naming_file_line_and_field(chat_des
         load_project(chat_desk)
     [line] = str(refused.value).splitlines()
     assert "oloproof.yaml:" in line and field in line
+
+
+def test_recordings_stored_before_cost_usd_are_still_reused(chat_desk):
+    """A journal written before `cost_usd` existed reads (the column null) and a rerun with
+    nothing changed reuses every recording: the stand-in gets no request."""
+    with CountingStandIn() as standin:
+        configure(chat_desk, standin.url, pricing=[RATE], budget={"model_calls": 1000})
+        record(chat_desk)
+        [journal] = [path for path in (chat_desk / ".oloproof").rglob("*.jsonl") if "recorded_runs" in str(path)]
+        lines = [json.loads(line) for line in journal.read_text().splitlines() if line.strip()]
+        journal.write_text("".join(json.dumps({k: v for k, v in line.items() if k != "cost_usd"}) + "\n" for line in lines))
+        before = len(standin.log)
+        runs, summary = record(chat_desk, "run-2")
+    assert len(standin.log) == before and summary.new == 0 and summary.reused == len(runs) == 8
