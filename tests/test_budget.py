@@ -5,6 +5,7 @@ the stand-in's own log, never timed."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,10 @@ from oloproof_pipeline.model.errors import ProjectError
 from oloproof_pipeline.project import load_project
 from oloproof_pipeline.run.budget import BudgetExhausted
 from oloproof_pipeline.run.recording import record_cases
+from oloproof_pipeline.run.trials import record_trial_table
+from oloproof_pipeline.store.journal import Journal
+from oloproof_pipeline.store.stored import StoredTable
+from oloproof_pipeline.store.tables import case_table
 from oloproof_pipeline.store.layout import table_path
 
 from test_chat_agent import VERSION
@@ -138,3 +143,21 @@ def test_recordings_stored_before_cost_usd_are_still_reused(chat_desk):
         before = len(standin.log)
         runs, summary = record(chat_desk, "run-2")
     assert len(standin.log) == before and summary.new == 0 and summary.reused == len(runs) == 8
+
+
+def test_later_trials_spend_the_same_budget_as_trial_one(chat_desk):
+    """One budget for the run: trial 1 fits under it, so trial 2 starts with what trial 1
+    spent already counted and stops after the cases it started (on its own it would fit)."""
+    with CountingStandIn() as standin:
+        configure(chat_desk, standin.url)
+        record(chat_desk)
+        trial_one = len(standin.log)
+        shutil.rmtree(chat_desk / ".oloproof")
+        configure(chat_desk, standin.url, budget={"model_calls": trial_one + 1}, execution={"timeout_s": 120, "trials": 2})
+        record(chat_desk)
+        project = load_project(chat_desk)
+        cases = StoredTable.of(case_table(load_cases(project)))
+        with pytest.raises(BudgetExhausted, match=f"model_calls {trial_one + 1} reached"):
+            record_trial_table(project, cases, version=VERSION, run_id="run-1")
+    trial_rows = [json.loads(line) for line in Journal.for_partition(chat_desk, "trial_runs", VERSION).path.read_text().splitlines()]
+    assert len(trial_rows) == 8 and 0 < sum(row["status"] == "ok" for row in trial_rows) <= CONCURRENCY + 1

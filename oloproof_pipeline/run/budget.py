@@ -43,6 +43,17 @@ class Spend:
         self.unmeasured = 0  # items with model calls whose tokens nothing said
         self.unpriced = 0  # items with model calls whose dollars nothing said
 
+    @classmethod
+    def of(cls, config: ProjectConfig, spent: Iterable[dict[str, Any]] = ()) -> "Spend | None":
+        """The run's running total under `budget:` (None without one), from the rows it
+        recorded already (`spent`: trial 1's, when later trials are recorded)."""
+        if config.budget is None:
+            return None
+        spend = cls(config.budget)
+        for row in spent:
+            spend.add(row)
+        return spend
+
     def add(self, row: dict[str, Any]) -> None:
         """One journalled row's spend (a row with no model calls spent nothing)."""
         calls = row.get("model_calls") or 0

@@ -35,7 +35,7 @@ from ..store.tables import (
     with_values,
     runs_from_table,
 )
-from .budget import cost_usd
+from .budget import Spend, cost_usd
 from .reuse import KnownWork, WorkCounts
 from .sandboxes import RECORD, Sandboxes, lost_recording
 from .stage import Left, StoredWork, run_stage
@@ -246,7 +246,8 @@ def record_case_table(
     `system` is the launch's (run/system.py); only when something is left to record must it
     be this partition's version (resolved now when not given)."""
     stage = RecordingStage(project, cases, version, run_id, fresh, on_recorded)
-    return run_stage(stage, project, version=version, fresh=fresh, system=system, sandboxes=sandboxes)
+    spend = Spend.of(project.config)
+    return run_stage(stage, project, version=version, fresh=fresh, system=system, sandboxes=sandboxes, spend=spend)
 
 
 def recorded_table(keys: pd.DataFrame, plan: RecordingPlan, new: pd.DataFrame) -> pd.DataFrame:

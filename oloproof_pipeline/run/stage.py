@@ -108,10 +108,12 @@ def run_stage(
     fresh: bool = False,
     system: ResolvedSystem | None = None,
     sandboxes: Sandboxes | None = None,
+    spend: Spend | None = None,
 ) -> Result:
     """Plan, and only when something is left: check the system's version, take the sandbox,
     plan again if the journal moved meanwhile, and run what is left; then assemble. `fresh`
-    starts from an empty journal and reuses nothing."""
+    starts from an empty journal and reuses nothing. `spend` counts the rows against the
+    run's budget (run/budget.py): none is started once a ceiling is reached."""
     journal = stage.stored.journal(project, version)
     if fresh:
         journal.clear()
@@ -123,7 +125,10 @@ def run_stage(
             if not fresh and journal_state(journal) != known.journal_state:
                 # A run that held the sandbox before us did some of it already.
                 plan = stage.plan(stage.stored.known(project, version, journal))
-            run_left(stage, plan, project=project, version=version, journal=journal, system=system, sandboxes=sandboxes)
+            run_left(
+                stage, plan, project=project, version=version, journal=journal, system=system, sandboxes=sandboxes,
+                spend=spend,
+            )
     return stage.assemble(plan)
 
 
@@ -150,6 +155,7 @@ def run_left(
     journal: Journal,
     system: ResolvedSystem,
     sandboxes: Sandboxes | None,
+    spend: Spend | None = None,
 ) -> None:
     """Run what is left of `plan`, on one sandbox or spread over Dask's, each row journalled
     as it comes back. The journal is opened at the first row, so a stage refused before any
@@ -158,7 +164,6 @@ def run_left(
         return
     left = stage.work(plan, system)
     settings = sandbox_settings(project, version)
-    spend = spend_of(stage, project)
     not_run: list[Any] = []
     items = spend.until_reached(left.items, not_run) if spend is not None else left.items
     with ExitStack() as opened:
@@ -183,11 +188,3 @@ def run_left(
             f"{'case' if len(not_run) == 1 else 'cases'} not run, recorded as not run (raise the budget and run again)"
         )
 
-
-def spend_of(stage: Stage[Any, Any], project: Project) -> Spend | None:
-    """The budget's running total, for a stage whose rows carry model usage (recordings and
-    trials); None without a `budget:`."""
-    budget = project.config.budget
-    if budget is None or "model_calls" not in stage.stored.schema.names:
-        return None
-    return Spend(budget)

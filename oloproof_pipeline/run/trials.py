@@ -22,7 +22,8 @@ from ..model.records import RecordedRun
 from ..store.layout import table_path, write_table_file
 from ..store.stored import StoredTable
 from ..store.tables import RUN_NESTED, TRIAL_RUNS_SCHEMA, frame_from_rows
-from .recording import RECORDED, RecordingPlan, Recordings, RecordingStage, RecordingSummary, recorded_table
+from .budget import Spend
+from .recording import RECORDED, RECORDINGS, RecordingPlan, Recordings, RecordingStage, RecordingSummary, recorded_table
 from .sandboxes import Sandboxes
 from .stage import StoredWork, run_stage
 from .system import ResolvedSystem
@@ -86,4 +87,7 @@ def record_trial_table(
     if not trials:
         return None, RecordingSummary()
     stage = TrialStage(project, cases, version, run_id, fresh, on_recorded, trials=trials)
-    return run_stage(stage, project, version=version, fresh=fresh, system=system, sandboxes=sandboxes)
+    # One budget for the run: what its trial-1 recordings spent counts.
+    first = RECORDINGS.journal(project, version).rows()
+    spend = Spend.of(project.config, (row for row in first if row.get("recorded_by_run") == run_id))
+    return run_stage(stage, project, version=version, fresh=fresh, system=system, sandboxes=sandboxes, spend=spend)
