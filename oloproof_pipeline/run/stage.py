@@ -185,6 +185,6 @@ def run_left(
     if not_run:
         raise BudgetExhausted(
             f"the run stopped: budget exhausted ({spend.reached()}); {len(not_run)} "
-            f"{'case' if len(not_run) == 1 else 'cases'} not run, recorded as not run (raise the budget and run again)"
+            f"{'case' if len(not_run) == 1 else 'cases'} not run (raise the budget and run again to record them)"
         )
 
