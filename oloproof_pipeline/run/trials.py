@@ -87,7 +87,14 @@ def record_trial_table(
     if not trials:
         return None, RecordingSummary()
     stage = TrialStage(project, cases, version, run_id, fresh, on_recorded, trials=trials)
-    # One budget for the run: what its trial-1 recordings spent counts.
-    first = RECORDINGS.journal(project, version).rows()
-    spend = Spend.of(project.config, (row for row in first if row.get("recorded_by_run") == run_id))
+    spend = trials_spend(project, version, run_id)
     return run_stage(stage, project, version=version, fresh=fresh, system=system, sandboxes=sandboxes, spend=spend)
+
+
+def trials_spend(project: Project, version: str, run_id: str) -> Spend | None:
+    """One budget for the run: what its trial-1 recordings spent counts. The recordings'
+    journal is read only under a `budget:` (without one nothing is counted)."""
+    if project.config.budget is None:
+        return None
+    first = RECORDINGS.journal(project, version).rows()
+    return Spend.of(project.config, (row for row in first if row.get("recorded_by_run") == run_id))
