@@ -25,7 +25,7 @@ from pydantic import ValidationError
 from ..model.digests import state_digest
 from ..model.cases import CaseRecord
 from ..model.records import EnvironmentState, RecordedRun, ReplayResult
-from .deadline import CaseTimedOut, case_deadline
+from ..endpoints.deadline import CaseTimedOut, case_deadline
 from .system import Replayable, Stateful, system_toolbox
 from ..model.trajectory import ToolChange
 from .toolbox import ReplayScript, StepLimitReached

@@ -167,7 +167,7 @@ def serve_side_by_side(settings: SandboxSettings, first: SandboxRunner, channel:
     of its own with a runner, so a system instance, of that thread's own: no case sees
     another's state, and each resets and checks its own. Each answer goes back as its case
     ends, with the task's number; a case past its deadline stops at its next model request
-    or tool call (run/deadline.py), its instance replaced, so the worker need not retire.
+    or tool call (endpoints/deadline.py), its instance replaced, so the worker need not retire.
     Ends the process when the channel closes."""
     spare = [first]
     local = threading.local()
