@@ -25,6 +25,7 @@ from oloproof_pipeline.store.stored import StoredTable
 from oloproof_pipeline.store.tables import case_table
 from oloproof_pipeline.store.layout import table_path
 
+from helpers import oloproof
 from test_chat_agent import VERSION
 from test_concurrency import CountingStandIn, chat_desk  # noqa: F401 - the fixture
 
@@ -50,32 +51,30 @@ def journalled(root: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in journal.read_text().splitlines() if line.strip()]
 
 
-def test_a_model_call_budget_stops_starting_cases_and_records_the_rest_as_not_run(chat_desk):
-    """Under `budget: {model_calls: 6}` the stand-in gets the cases started before six calls
-    were counted (each case makes its calls, at most CONCURRENCY + 1 cases in flight past the
-    ceiling); the rest are recorded as not run, and a rerun with a higher budget records
-    exactly those and reuses the others."""
+def test_a_model_call_budget_is_charged_at_each_request_and_never_passed(chat_desk):
+    """Under `budget: {model_calls: 6}` the stand-in gets exactly six requests: each is charged
+    to the run's ledger before it is sent, so the cases in flight when the sixth went out stop
+    at their next request ("stopped"), the cases never handed to a sandbox are "not run", both
+    are errors (never reused), and a rerun with a higher budget records exactly those."""
     with CountingStandIn() as standin:
         configure(chat_desk, standin.url, budget={"model_calls": 6})
         with pytest.raises(BudgetExhausted, match=r"budget exhausted \(model_calls 6 reached"):
             record(chat_desk)
         rows = journalled(chat_desk)
         done = [row for row in rows if row["status"] == "ok"]
-        not_run = [row for row in rows if row["status"] != "ok"]
-        assert len(rows) == 8 and done and not_run
-        assert all(row["error"].startswith("not run: budget exhausted (model_calls 6 reached") for row in not_run)
-        assert {row["model_calls"] for row in not_run} == {None}
-        # Every request the stand-in got is a recorded call; the ceiling was passed only by
-        # the cases in flight when it was reached.
-        per_case = max(row["model_calls"] for row in done)
-        assert len(standin.log) == sum(row["model_calls"] for row in done)
-        assert len(standin.log) <= 6 + (CONCURRENCY + 1) * per_case
+        stopped = [row for row in rows if row["status"] != "ok"]
+        assert len(rows) == 8 and done and stopped
+        assert len(standin.log) == 6 == sum(row["model_calls"] or 0 for row in rows)
+        for row in stopped:
+            assert row["error"].startswith(("not run: budget exhausted (model_calls 6 reached", "stopped: budget exhausted (model_calls 6 reached"))
+        # No more cases start than can be in flight once the ceiling is reached.
+        assert sum(row["error"].startswith("stopped") for row in stopped) <= CONCURRENCY + 1
 
         before = len(standin.log)
         configure(chat_desk, standin.url, budget={"model_calls": 1000})
         runs, summary = record(chat_desk, "run-2")
     assert {run.status for run in runs} == {"ok"}
-    assert summary.new == len(not_run) and summary.reused == len(done)
+    assert summary.new == len(stopped) and summary.reused == len(done)
     assert len(standin.log) - before == sum(row["model_calls"] for row in journalled(chat_desk) if row["recorded_by_run"] == "run-2")
 
 
@@ -160,4 +159,19 @@ def test_later_trials_spend_the_same_budget_as_trial_one(chat_desk):
         with pytest.raises(BudgetExhausted, match=f"model_calls {trial_one + 1} reached"):
             record_trial_table(project, cases, version=VERSION, run_id="run-1")
     trial_rows = [json.loads(line) for line in Journal.for_partition(chat_desk, "trial_runs", VERSION).path.read_text().splitlines()]
-    assert len(trial_rows) == 8 and 0 < sum(row["status"] == "ok" for row in trial_rows) <= CONCURRENCY + 1
+    # Trial 2 had one request left: the case that sent it stopped at its next one, and no case finished.
+    assert len(trial_rows) == 8 and len(standin.log) == 2 * trial_one + 1
+    assert all(row["status"] == "error" and "budget exhausted (model_calls" in row["error"] for row in trial_rows)
+
+
+def test_oloproof_run_under_a_spent_budget_exits_5_naming_the_ceiling(chat_desk):
+    """The real command: the requests the stand-in got never pass `model_calls`, the run is
+    incomplete (exit 5, never a gate decision) and one line names the ceiling."""
+    with CountingStandIn() as standin:
+        configure(chat_desk, standin.url, budget={"model_calls": 5})
+        finished = oloproof("run", cwd=chat_desk)
+    assert finished.returncode == 5, finished.stdout + finished.stderr
+    assert len(standin.log) == 5
+    said = finished.stdout + finished.stderr
+    assert "budget exhausted (model_calls 5 reached (5 made))" in said
+    assert "Traceback" not in said and "Gate:" not in said

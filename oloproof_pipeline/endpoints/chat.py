@@ -20,6 +20,7 @@ import httpx
 from ..model.config import ChatModelConfig
 from ..model.errors import ProjectError
 from .deadline import check_deadline, remaining_s
+from .ledger import Ledger
 from .limiter import endpoint_limiter
 
 # Waits between tries double from `backoff_s`, never beyond this (nor beyond a Retry-After under it).
@@ -51,11 +52,15 @@ class ChatModel:
     """An OpenAI-compatible chat-completions endpoint, called through httpx, each request
     through the process's limiter for that endpoint (endpoints/limiter.py)."""
 
-    def __init__(self, config: ChatModelConfig, api_key: str | None, requests_at_once: int = 1):
+    def __init__(
+        self, config: ChatModelConfig, api_key: str | None, requests_at_once: int = 1, *, ledger: Ledger | None = None
+    ):
         self.config = config
         self.url = config.base_url.rstrip("/") + "/chat/completions"
         self._client = shared_client(api_key, requests_at_once)
         self._limiter = endpoint_limiter(config.base_url, requests_at_once)
+        # The run's budget: each request is charged before it is sent (BudgetStop once spent).
+        self._ledger = ledger
 
     def complete(self, body: dict[str, Any]) -> dict[str, Any]:
         """The turn the model answers `body` with: its message, finish reason, token usage,
@@ -71,11 +76,15 @@ class ChatModel:
             try:
                 with self._limiter.slot() as waited_s:
                     limited_s += waited_s
+                    self._charge()
                     response = self._client.post(self.url, json=body, timeout=self._request_timeout())
             except httpx.TransportError as error:  # refused, reset, timed out
+                self._settle(None)  # it may have been answered and billed: nothing says what it cost
                 check_deadline()  # a request cut short by the case's deadline is a timeout
                 problem, wait_hint = f"{type(error).__name__}: {error or 'no answer'}", None
                 continue
+            if response.is_error:  # refused before any completion: no tokens
+                self._settle({"prompt_tokens": 0, "completion_tokens": 0})
             if is_retryable(response.status_code):
                 problem, wait_hint = f"HTTP {response.status_code}: {response.text[:SHOWN_BODY_CHARS]}", retry_after_s(response)
                 if wait_hint is not None and response.status_code in PAUSING_STATUSES:
@@ -84,8 +93,22 @@ class ChatModel:
             if response.is_error:  # a request the endpoint will never accept: no point trying again
                 raise ModelUnavailable(f"{self.url} refused the request: HTTP {response.status_code}: {response.text[:SHOWN_BODY_CHARS]}")
             latency_s = time.perf_counter() - started - limited_s
-            return {**completion_turn(response, self.url), "latency_s": round(latency_s, 6), "attempts": attempt + 1}
+            try:
+                turn = completion_turn(response, self.url)
+            except ModelUnavailable:
+                self._settle(None)
+                raise
+            self._settle(turn["usage"])
+            return {**turn, "latency_s": round(latency_s, 6), "attempts": attempt + 1}
         raise ModelUnavailable(f"{self.url} failed {tries} time(s); the last: {problem}")
+
+    def _charge(self) -> None:
+        if self._ledger is not None:
+            self._ledger.charge_request()
+
+    def _settle(self, usage: dict[str, Any] | None) -> None:
+        if self._ledger is not None:
+            self._ledger.settle_request(usage)
 
     def _request_timeout(self) -> float:
         """The request's timeout, never beyond what is left of the case's checked deadline."""

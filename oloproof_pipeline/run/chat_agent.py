@@ -38,6 +38,7 @@ from ..model.modules import load_callable
 from ..model.trajectory import MODEL_STEP, Step
 from ..endpoints.chat import SHOWN_BODY_CHARS, ChatModel, api_key
 from ..endpoints.deadline import check_deadline
+from ..endpoints.ledger import Ledger
 from .toolbox import ReplayScript, ToolBox
 
 REQUEST_TAG = "chat_request/v1"
@@ -54,6 +55,8 @@ class ChatAgentSettings(BaseModel):
     answer: ChatAnswerConfig
     # Oloproof's `concurrency.system`: cases (so requests) in flight at once, per endpoint.
     requests_at_once: int = 1
+    # The run's budget ledger, charged at each model request (endpoints/ledger.py); None: no budget.
+    budget: dict[str, Any] | None = None
 
 
 def chat_agent_settings(system: SystemConfig, requests_at_once: int = 1) -> dict[str, Any] | None:
@@ -109,7 +112,8 @@ class ChatAgent:
         self.toolbox = ToolBox({name: getattr(self.environment, name) for name in self.schemas})
         self.prompt = read_prompt(self.project_root / self.settings.prompt, f"{where}.prompt")
         key = api_key(self.settings.model, f"{where}.model.api_key_env")
-        self.model = ChatModel(self.settings.model, key, self.settings.requests_at_once)
+        ledger = Ledger.from_json(self.settings.budget) if self.settings.budget is not None else None
+        self.model = ChatModel(self.settings.model, key, self.settings.requests_at_once, ledger=ledger)
 
     # -- the sandbox: the tools' own state ------------------------------------------------
 

@@ -26,6 +26,7 @@ from ..model.digests import state_digest
 from ..model.cases import CaseRecord
 from ..model.records import EnvironmentState, RecordedRun, ReplayResult
 from ..endpoints.deadline import CaseTimedOut, case_deadline
+from ..endpoints.ledger import BudgetStop
 from .system import Replayable, Stateful, system_toolbox
 from ..model.trajectory import ToolChange
 from .toolbox import ReplayScript, StepLimitReached
@@ -45,6 +46,8 @@ def attempt(function: Callable[[], Any]) -> tuple[Any, BaseException | None]:
 
 
 def _describe_exception(error: BaseException) -> str:
+    if isinstance(error, BudgetStop):  # the run's budget, not the system, stopped the case
+        return str(error)
     frames = traceback.extract_tb(error.__traceback__)
     where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
     return f"{type(error).__name__}: {error}{where}"

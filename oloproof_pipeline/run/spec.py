@@ -4,7 +4,7 @@ process of its own, a Dask worker's), and the rule for building it."""
 from __future__ import annotations
 
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +63,13 @@ class SandboxSettings:
 
     def as_json(self) -> dict[str, Any]:
         return {**asdict(self), "spec": self.spec.as_json()}
+
+    def with_ledger(self, ledger: dict[str, Any]) -> "SandboxSettings":
+        """These settings with a chat agent charging each model request to `ledger` (the
+        run's budget, endpoints/ledger.py)."""
+        assert self.spec.chat_agent is not None, "only a chat agent's requests are charged one by one"
+        spec = replace(self.spec, chat_agent={**self.spec.chat_agent, "budget": ledger})
+        return replace(self, spec=spec)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "SandboxSettings":

@@ -24,8 +24,9 @@ from pydantic import BaseModel
 from ..model.config import Project
 from ..model.errors import SystemVersionMismatch
 from ..store.journal import Journal, sandbox_lock
+from ..store.layout import budget_ledger_path
 from ..store.stored import StoredTable
-from .budget import BudgetExhausted, Spend, not_run_error
+from .budget import BudgetExhausted, Spend, not_run_error, row_totals, stopped_by_budget, until_reached
 from .reuse import KnownWork, journal_state, known_work
 from .sandboxes import Sandboxes, SandboxTask, in_sandboxes
 from .system import ResolvedSystem, resolve_system, sandbox_settings
@@ -164,8 +165,15 @@ def run_left(
         return
     left = stage.work(plan, system)
     settings = sandbox_settings(project, version)
+    ledger = spend.ledger(budget_ledger_path(project.root, stage.stored.table, version)) if spend is not None else None
+    # A chat agent's client charges the ledger at each model request; a Python system's
+    # calls are counted from its rows as they come back.
+    per_request = ledger is not None and settings.spec.chat_agent is not None
+    if per_request:
+        settings = settings.with_ledger(ledger.as_json())
     not_run: list[Any] = []
-    items = spend.until_reached(left.items, not_run) if spend is not None else left.items
+    items = until_reached(ledger, left.items, not_run) if ledger is not None else left.items
+    stopped = 0
     with ExitStack() as opened:
         journal_line = None
         for item, result in in_sandboxes(settings, items, left.task, sandboxes=sandboxes):
@@ -173,18 +181,19 @@ def run_left(
             if journal_line is None:
                 journal_line = opened.enter_context(journal.appending())
             journal_line(row)
-            if spend is not None:
-                spend.add(row)
+            if ledger is not None and not per_request:
+                ledger.add(row_totals(row))
+            stopped += stopped_by_budget(row)
         if not_run:
             # Recorded as not run (an error, so never reused and judged MISSING): a rerun
             # with a higher budget records them.
-            stopped = BudgetExhausted(not_run_error(spend.reached() or "a ceiling reached"))
+            reason = BudgetExhausted(not_run_error(ledger.reached() or "a ceiling reached"))
             journal_line = journal_line or opened.enter_context(journal.appending())
             for item in not_run:
-                journal_line(stage.finished(plan, item, stopped))
-    if not_run:
+                journal_line(stage.finished(plan, item, reason))
+    if not_run or stopped:
+        cases = len(not_run) + stopped
         raise BudgetExhausted(
-            f"the run stopped: budget exhausted ({spend.reached()}); {len(not_run)} "
-            f"{'case' if len(not_run) == 1 else 'cases'} not run (raise the budget and run again to record them)"
+            f"the run stopped: budget exhausted ({ledger.reached()}); {cases} "
+            f"{'case' if cases == 1 else 'cases'} not run or stopped (raise the budget and run again to record them)"
         )
-

@@ -148,6 +148,12 @@ def run_stamp_path(project_root: Path, version: str) -> Path:
     return output_dir(project_root) / "stamps" / f"{checked_partition(version)}.json"
 
 
+def budget_ledger_path(project_root: Path, table: str, partition: str) -> Path:
+    """What a budgeted stage has spent, shared by the processes making its calls
+    (`endpoints/ledger.py`); made new by each stage that holds the sandbox lock."""
+    return output_dir(project_root) / "budget" / f"{table}-{checked_partition(partition)}.json"
+
+
 def sandbox_lock_path(project_root: Path) -> Path:
     return output_dir(project_root) / "sandbox.lock"
 
