@@ -307,3 +307,84 @@ def test_report_marks_the_first_difference_the_verdict_found():
     source = [{"tool": "lookup_order", "arguments": {"id": 1}}, {"tool": "issue_refund", "arguments": {"all": True}}]
     copy = [{"tool": "lookup_order", "arguments": {"id": 1}}, {"tool": "issue_refund", "arguments": {"all": 1}}]
     assert first_difference(source, copy, same=report_view.same_call) == 1
+
+
+# -- the report as a person reads it: failures first, filters, and a comparison page -----------
+
+
+def rendered(path: Path, tmp_path: Path, query: str = "") -> str:
+    """The page's DOM after its script ran in headless Chromium (the query sets the filters)."""
+    chromium = shutil.which("chromium")
+    assert chromium, "Debian's chromium is needed (.ci/run installs it)"
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
+             f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=5000"]
+    return subprocess.run([chromium, *flags, "--dump-dom", path.as_uri() + query], capture_output=True, text=True,
+                          timeout=180).stdout
+
+
+def shown_cases(dom: str) -> list[str]:
+    return [case_id for case_id, rest in re.findall(r'<section class="case[^"]*" id="case-([^"]+)"([^>]*)>', dom) if " hidden" not in rest]
+
+
+def test_report_shows_the_failing_cases_first_and_the_passing_ones_when_asked(two_versions, tmp_path):
+    written = oloproof("report", "--version", "1.0.0", cwd=two_versions)
+    path = Path(written.stdout.split("Wrote ", 1)[1].strip())
+    verdicts = pd.read_parquet(two_versions / ".oloproof" / "tables" / "verdicts" / "1.0.0.parquet")
+    failing = set(verdicts[verdicts["outcome"].isin(["FAIL", "MISSING"])]["case_id"])
+
+    dom = rendered(path, tmp_path)
+    order = re.findall(r'<section class="case[^"]*" id="case-([^"]+)"', dom)
+    assert len(order) == 72 and set(order[: len(failing)]) == failing  # every failing case before any passing one
+    assert set(shown_cases(dom)) == failing
+    assert f"show the {72 - len(failing)} passing cases" in dom
+    assert f"{len(failing)} of 72 cases shown" in dom
+    panel = re.search(r'id="case-ord-021".*?</section>', dom, re.S).group(0)
+    assert "<p>Answer:</p>" in panel and "Recording: ok" in panel  # the recording's status apart from the verdicts
+
+    assert len(shown_cases(rendered(path, tmp_path, "?passing=1"))) == 72
+    # The outcome filter looks through every case; the rule filter keeps the cases failing its criterion.
+    excluded = rendered(path, tmp_path, "?outcome=EXCLUDED")
+    assert len(shown_cases(excluded)) == verdicts[verdicts["outcome"] == "EXCLUDED"]["case_id"].nunique()
+    by_rule = rendered(path, tmp_path, "?rule=state_correct")
+    state_failing = set(verdicts[(verdicts["criterion"] == "state_correct") & (verdicts["outcome"] == "FAIL")]["case_id"])
+    assert set(shown_cases(by_rule)) == state_failing and f"{len(state_failing)} of 72 cases shown" in by_rule
+    # A search says how many cases it left, and when none.
+    searched = rendered(path, tmp_path, "?q=ord-021")
+    assert "ord-021" in shown_cases(searched) and re.search(r"\d+ of 72 cases shown", searched)
+    nothing = rendered(path, tmp_path, "?q=no-such-text-anywhere")
+    assert shown_cases(nothing) == [] and "0 of 72 cases shown" in nothing
+    assert re.search(r'<p id="no-match" class="muted">No case matches.</p>', nothing)
+
+
+def test_report_compare_shows_both_gates_and_marks_the_fixed_and_broken_cases(two_versions, tmp_path):
+    written = oloproof("report", "--compare", "1.0.0", cwd=two_versions)
+    assert written.returncode == 0, written.stderr
+    path = Path(written.stdout.split("Wrote ", 1)[1].strip())
+    assert path.name == "report-1.1.0-vs-1.0.0.html"
+    dom = rendered(path, tmp_path)
+    section = dom[dom.index('id="comparison"'): dom.index('id="failing"')]
+    assert "Against 1.0.0" in section and "no model calls" in section
+    changes = {case_id: change for change, case_id in re.findall(r'<tr class="(fixed|broken|unchanged)" data-change="[^"]*"><td><a href="#case-([^"]+)"', section)}
+    assert changes["ord-021"] == "fixed" and changes["ord-001"] == "unchanged"
+    matrix = re.search(r'<tr class="fixed" data-change="fixed"><td><a href="#case-ord-021">.*?</tr>', section).group(0)
+    assert '<td class="fixed">FAIL → PASS</td>' in matrix
+    # The matrix lists what changed first, and the counts agree with `oloproof compare`.
+    kinds = list(changes.values())
+    assert kinds.index("unchanged") == sum(kind != "unchanged" for kind in kinds)
+    compared = oloproof("compare", "1.0.0", "1.1.0", cwd=two_versions).stdout
+    assert "answer_correct fixed (4): ord-021, ord-022, ord-023, ord-024" in compared
+    assert re.search(r"<td>answer_correct</td><td>24</td><td>20</td><td>4</td><td>0</td>", section)
+
+
+def test_version_spend_sums_the_recordings_and_says_what_is_not_priced():
+    from oloproof_pipeline.read.spend import version_spend
+
+    runs = pd.DataFrame({
+        "model_calls": [3, 2, None, 4], "prompt_tokens": [100, 50, None, 10], "completion_tokens": [10, 5, None, 1],
+        "cost_usd": [0.002, 0.001, None, None],
+    })
+    spent = version_spend(runs)
+    assert (spent.model_calls, spent.prompt_tokens, spent.completion_tokens) == (9, 160, 16)
+    assert spent.cost_usd == pytest.approx(0.003) and spent.unpriced == 1
+    assert spent.cost_text() == "$0.0030 (1 recordings not priced)"
+    assert version_spend(None).cost_text().startswith("not priced") and not version_spend(None).used_a_model

@@ -35,12 +35,22 @@ def report(
     project: Path = PROJECT_OPTION,
     version: Optional[str] = VERSION_OPTION,
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Where to write the HTML file."),
+    compare: Optional[str] = typer.Option(
+        None, "--compare", help="A base version: add its gate, cost and a matrix of the cases against it.",
+        callback=checked_version,
+    ),
 ) -> None:
     """Write one offline HTML report: gate, metrics with intervals, slices, a panel per case."""
     check_output_file(output, "report")
     loaded, results = stored_results(project, version)
+    comparison = None
+    if compare is not None:
+        from ..read.comparison_view import comparison_view  # scipy: only a comparison needs it
+
+        base = load_results(loaded.root, stored_version(loaded.root, compare, "verdicts", loaded))
+        comparison = comparison_view(base, results, loaded.release.confidence_level)
     trials = stored_trial_summaries(loaded, results.version, results.verdict_table)
-    path = write_html_report(loaded.root, results, loaded.name, output, trials=trials)
+    path = write_html_report(loaded.root, results, loaded.name, output, trials=trials, comparison=comparison)
     console.print(f"Wrote {path}")
 
 

@@ -21,10 +21,12 @@ from ..store.layout import read_table, table_path
 from ..store.tables import rows_from_frame
 from .charts import Chart, gate_chart, slices_chart
 from .results import VersionResults, compared_paths, scripted_events, tool_calls
+from .spend import VersionSpend, version_spend
 from .violations import describe_violation, verdict_violations
 from .wording import TIME_FORMAT, call_text, json_text
 
 FAILING = (FAIL, MISSING)
+WORST_FIRST = (FAIL, MISSING, PASS, EXCLUDED)
 
 # -- what explains a failure -----------------------------------------------------------------
 
@@ -198,7 +200,21 @@ class CasePanel:
 
     @property
     def failing(self) -> bool:
-        return any(verdict["outcome"] in FAILING for verdict in self.verdicts)
+        return any(verdict["outcome"] in FAILING for verdict in self.verdicts) or self.status not in (None, "ok")
+
+    @property
+    def worst(self) -> str:
+        """The case's worst outcome on any criterion (FAIL, MISSING, PASS, EXCLUDED in that order)."""
+        outcomes = {verdict["outcome"] for verdict in self.verdicts}
+        return next((outcome for outcome in WORST_FIRST if outcome in outcomes), EXCLUDED)
+
+    @property
+    def outcomes(self) -> list[str]:
+        return sorted({verdict["outcome"] for verdict in self.verdicts})
+
+    @property
+    def failing_criteria(self) -> list[str]:
+        return sorted({verdict["criterion"] for verdict in self.verdicts if verdict["outcome"] in FAILING})
 
 
 def replays_by_case(replays: Iterable[dict[str, Any]] | None) -> dict[tuple[str, str], dict[str, Any]]:
@@ -247,6 +263,26 @@ def case_panel(
         fault_replays=faults,
         pairs=pairs,
     )
+
+
+def cases_failing_first(results: VersionResults) -> tuple[list[str], int]:
+    """The case ids as the report shows them: each case whose worst outcome is FAIL, then
+    MISSING (or whose recording failed), then the rest, each in the case set's order; and how
+    many fail. Read from the verdict and run tables' columns, before any panel is built."""
+    rank = {outcome: index for index, outcome in enumerate(WORST_FIRST)}
+    worst: dict[str, int] = {}
+    verdicts = results.verdict_table
+    if not verdicts.empty:
+        for case_id, outcome in zip(verdicts["case_id"], verdicts["outcome"]):
+            worst[case_id] = min(worst.get(case_id, len(rank)), rank.get(outcome, len(rank)))
+    runs = results.run_table
+    if runs is not None and not runs.empty:
+        for case_id, status in zip(runs["case_id"], runs["status"]):
+            if status != "ok":
+                worst[case_id] = min(worst.get(case_id, len(rank)), rank[MISSING])
+    ids = results.case_ids
+    ordered = sorted(ids, key=lambda case_id: min(worst.get(case_id, len(rank)), rank[PASS]))
+    return ordered, sum(worst.get(case_id, len(rank)) < rank[PASS] for case_id in ids)
 
 
 def is_fault_verdict(verdict: dict[str, Any], replay: dict[str, Any] | None) -> bool:
@@ -377,6 +413,10 @@ class ReportView:
     trials: list[CriterionTrials] | None
     validity: dict[str, TransformValidity]
     slices: SlicesView | None
+    spend: VersionSpend
+    criteria: list[str]
+    # Each gate rule's id and the criterion it reads, for the cases' rule filter.
+    rule_criteria: list[tuple[str, str]]
 
 
 def report_view(
@@ -399,4 +439,7 @@ def report_view(
         trials=trials,
         validity=derived_validity(results),
         slices=slices_view(results.slices),
+        spend=version_spend(results.run_table),
+        criteria=sorted(set(results.verdict_table["criterion"])) if not results.verdict_table.empty else [],
+        rule_criteria=[(rule["rule_id"], rule["metric"]) for rule in results.gate],
     )

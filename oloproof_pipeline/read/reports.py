@@ -13,7 +13,7 @@ import html
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import pandas as pd
 from jinja2 import Environment, PackageLoader
@@ -34,12 +34,16 @@ from .report_view import (
     REPORT_RUN_FIELDS,
     REPORT_VALIDITY_FIELDS,
     case_panel,
+    cases_failing_first,
     replays_by_case,
     report_view,
     verdict_summary,
 )
 from .results import VersionResults, load_replays
 from .wording import GATE_COLUMNS, METHOD_NAMES, call_text, flagged_buckets, json_text, rule_cells, short_run_id
+
+if TYPE_CHECKING:  # the comparison needs scipy (Tango's interval): only `report --compare` imports it
+    from .comparison_view import ComparisonView
 
 # This module's own public names, and the ones the CLI, the gate asset and the Dagster metadata
 # have always imported from here (they now live in report_view, wording and decide.formatting).
@@ -123,23 +127,31 @@ def report_parts(
     dagster_url: str | None = None,
     inputs_digest: str | None = None,
     trials: list[CriterionTrials] | None = None,
+    comparison: ComparisonView | None = None,
 ) -> Iterator[str]:
     """The report, a piece at a time: one case's panel is built (and its rows decoded) only
-    while its section is written, so a large suite is never held as panels or as one string."""
+    while its section is written, so a large suite is never held as panels or as one string.
+    The failing cases come first; `comparison` adds the page against another version."""
     replays = replays or []
     by_case = replays_by_case(replays)
-    panels = (case_panel(results, case_id, by_case) for case_id in results.case_ids)
+    ordered, failing = cases_failing_first(results)
+    panels = (case_panel(results, case_id, by_case) for case_id in ordered)
     return environment().get_template("report.html.j2").generate(
         view=report_view(results, project_name, replays, project_root, trials),
         panels=(panel for panel in panels if panel is not None),
+        case_count=len(ordered),
+        failing_count=failing,
+        comparison=comparison,
         dagster_url=dagster_url.rstrip("/") if dagster_url else None,
         inputs_digest=inputs_digest,
     )
 
 
-def report_path(project_root: Path, version: str) -> Path:
-    """Where a version's report is written by default (by the gate asset and `oloproof report`)."""
-    return reports_dir(project_root) / f"report-{version}.html"
+def report_path(project_root: Path, version: str, base: str | None = None) -> Path:
+    """Where a version's report is written by default (by the gate asset and `oloproof
+    report`); against `base`, its comparison page."""
+    name = f"report-{version}" if base is None else f"report-{version}-vs-{base}"
+    return reports_dir(project_root) / f"{name}.html"
 
 
 def write_html_report(
@@ -151,15 +163,19 @@ def write_html_report(
     replays: list[dict[str, Any]] | None = None,
     inputs_digest: str | None = None,
     trials: list[CriterionTrials] | None = None,
+    comparison: ComparisonView | None = None,
 ) -> Path:
     """One self-contained HTML file: no network is needed to view it. `replays` default to
-    the version's stored fault replays. Written a piece at a time."""
-    path = path or report_path(project_root, results.version)
+    the version's stored fault replays. Written a piece at a time. With `comparison`, the
+    version's report with its cases against another version's (by default beside the
+    version's own report, named for both)."""
+    if path is None:
+        path = report_path(project_root, results.version, comparison.base.version if comparison else None)
     if replays is None:
         replays = load_replays(project_root, results.version)
     parts = report_parts(
         results, project_name, replays=replays, project_root=project_root,
-        dagster_url=os.environ.get(DAGSTER_URL_ENV), inputs_digest=inputs_digest, trials=trials,
+        dagster_url=os.environ.get(DAGSTER_URL_ENV), inputs_digest=inputs_digest, trials=trials, comparison=comparison,
     )
     write_text_file(path, parts)
     return path
@@ -191,7 +207,7 @@ REPORTED_VERDICT_COLUMNS = [
 REPORTED_CASE_COLUMNS = ["case_id", "case_digest", *REPORT_VALIDITY_FIELDS]
 REPORTED_RUN_COLUMNS = ["case_id", "recording_key", "recorded_by_run", "status"]
 REPORTED_REPLAY_COLUMNS = ["case_id", "criterion", "plan_digest", "recorded_by_run", "replayed_by_run", "judging_digest"]
-REPORT_FORMAT = 2  # bump when the HTML changes, so stored reports are written again
+REPORT_FORMAT = 3  # bump when the HTML changes, so stored reports are written again
 
 
 def report_inputs_digest(
