@@ -388,3 +388,9 @@ def test_version_spend_sums_the_recordings_and_says_what_is_not_priced():
     assert spent.cost_usd == pytest.approx(0.003) and spent.unpriced == 1
     assert spent.cost_text() == "$0.0030 (1 recordings not priced)"
     assert version_spend(None).cost_text().startswith("not priced") and not version_spend(None).used_a_model
+    from oloproof_pipeline.read.spend import spend_difference_line
+
+    cheaper = version_spend(runs.assign(cost_usd=[0.001, 0.001, None, 0.0]))
+    assert spend_difference_line("1.0.0", "1.1.0", cheaper, version_spend(runs.assign(cost_usd=[0.002, 0.001, None, 0.001]))) == (
+        "model use: 1.0.0 9 calls $0.0020, 1.1.0 9 calls $0.0040 (+0.0020 USD)"
+    )

@@ -16,6 +16,7 @@ from ..project import load_project
 from ..read.export import write_jsonl, write_jsonl_to
 from ..read.reports import stored_trial_summaries, write_html_report
 from ..read.results import VersionResults, load_results
+from ..read.spend import spend_difference_line, version_spend
 from ..store.layout import StorageWriteError, output_dir, stored_partitions, write_text_file
 from .options import (
     PROJECT_OPTION,
@@ -140,8 +141,12 @@ def compare(
     for version in (base, candidate):
         stored_version(loaded.root, version, "verdicts")
     confidence = loaded.release.confidence_level
-    comparisons = compare_versions(load_results(loaded.root, base), load_results(loaded.root, candidate), confidence)
+    base_results, candidate_results = load_results(loaded.root, base), load_results(loaded.root, candidate)
+    comparisons = compare_versions(base_results, candidate_results, confidence)
     console.print(comparison_table(comparisons, base, candidate, confidence))
+    spent = [version_spend(results.run_table) for results in (base_results, candidate_results)]
+    if any(side.used_a_model for side in spent):
+        console.print(spend_difference_line(base, candidate, *spent), highlight=False)
     for item in comparisons:
         for label, cases, style in (("fixed", item.fixed_cases, "green"), ("broke", item.broken_cases, "red")):
             if cases:

@@ -50,3 +50,14 @@ def version_spend(runs: pd.DataFrame | None) -> VersionSpend:
         cost_usd=float(cost[priced].sum()) if priced.any() else None,
         unpriced=int(((calls > 0) & ~priced).sum()),
     )
+
+
+def spend_difference_line(base: str, candidate: str, base_spend: VersionSpend, candidate_spend: VersionSpend) -> str:
+    """`model use: 1.0.0 24 calls $0.0120, 1.1.0 30 calls $0.0150 (+$0.0030)`, as `compare` prints it."""
+    sides = ", ".join(
+        f"{version} {spent.model_calls} calls {spent.cost_text()}"
+        for version, spent in ((base, base_spend), (candidate, candidate_spend))
+    )
+    if base_spend.cost_usd is None or candidate_spend.cost_usd is None:
+        return f"model use: {sides}"
+    return f"model use: {sides} ({candidate_spend.cost_usd - base_spend.cost_usd:+.4f} USD)"
