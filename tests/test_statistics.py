@@ -65,8 +65,9 @@ def test_exact_rate_with_nothing_observed():
 # Why this method (see `clustered_rate`): the studentised cluster bootstrap the gate used
 # before, capped by the clusters-as-cases interval, covered 0.56-0.86 with a few large
 # clusters and a strong intra-cluster correlation (ICC); the reference bootstrap below shows
-# it. The effective-clusters interval is used alone: intersected with the bootstrap it covers
-# no better than the bootstrap, and a hull with it is only wider.
+# it. The effective-clusters interval (itself the hull of Clopper-Pearson at n* and the exact
+# all-or-nothing interval, decide/clustered.py) is used without the bootstrap: intersected with
+# it, it covers no better than the bootstrap, and a hull with it is only wider.
 
 
 def _clustered_rows(clusters=24, seed=3):
@@ -152,8 +153,9 @@ COVERAGE_DESIGNS = {
     "50 x 1 + 2 x 25": [1] * 50 + [25] * 2,
     "100 x 1 + 5 x 20": [1] * 100 + [20] * 5,
     "24 x 3 (equal)": [3] * 24,
+    "200 x 1 + 1 x 50": [1] * 200 + [50],  # one cluster holds 20% of the cases (issue 24)
 }
-COVERAGE_CORRELATIONS = (0.0, 0.5, 0.8)
+COVERAGE_CORRELATIONS = (0.0, 0.5, 0.8, 1.0)
 COVERAGE_RATES = (0.7, 0.8, 0.9, 0.95)
 
 
