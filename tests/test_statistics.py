@@ -17,6 +17,7 @@ from oloproof_pipeline.decide.statistics import (
 )
 from oloproof_pipeline.decide.suite_size import design_effect
 
+from test_decide_clustered import _clopper_pearson as _fractional_clopper_pearson
 from test_decide_clustered import _passes_in_order, total_passes_distribution
 
 # -- Clopper-Pearson -----------------------------------------------------------------------
@@ -37,6 +38,13 @@ def test_clopper_pearson_edges():
     assert clopper_pearson(0, 0) == (0.0, 1.0)
     assert clopper_pearson(0, 5)[0] == 0.0
     assert clopper_pearson(5, 5)[1] == 1.0
+    assert clopper_pearson(np.int64(3), 5.0) == clopper_pearson(3, 5)  # whole numbers of any type
+
+
+@pytest.mark.parametrize("successes, trials", [(2.5, 5), (2, 5.5), (0.1, 0), (True, 5), (6, 5), (-1, 5), (0, -2)])
+def test_clopper_pearson_refuses_counts_no_binomial_has(successes, trials):
+    with pytest.raises(ValueError):
+        clopper_pearson(successes, trials)
 
 
 # -- missing cases widen -------------------------------------------------------------------
@@ -212,7 +220,7 @@ def _bootstrap_t_interval(passed, sizes, rng, resamples=500, confidence=0.95):
         residuals = y - (y.sum(-1, keepdims=True) / m.sum(-1, keepdims=True)) * m
         return np.sqrt(clusters / (clusters - 1) * (residuals**2).sum(-1)) / m.sum(-1)
 
-    cap = clopper_pearson(ratio * clusters, clusters, confidence)
+    cap = _fractional_clopper_pearson(ratio * clusters, clusters)  # at 0.95, the only level used
     error = float(standard_error(passed, sizes))
     if error == 0:
         return cap

@@ -40,9 +40,17 @@ BlockingReason = tuple[BlockingKind, str]
 # -- Clopper-Pearson -----------------------------------------------------------------------
 
 
-def clopper_pearson(successes: float, trials: float, confidence: float = 0.95) -> tuple[float, float]:
-    """Two-sided exact interval for a binomial proportion."""
-    if trials <= 0:
+def clopper_pearson(successes: int, trials: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Two-sided exact interval for a binomial proportion. Counts must be whole numbers: the
+    beta quantiles would accept 2.5 of 5, but no binomial count is, and its "exact" coverage
+    would then hold for nothing (a clustered rate's effective counts go through
+    decide/clustered.py, which says what they mean). No trials give (0, 1)."""
+    for name, count in (("successes", successes), ("trials", trials)):
+        if isinstance(count, bool) or int(count) != count:
+            raise ValueError(f"{name} must be a whole number, got {count!r}")
+    if trials < 0:
+        raise ValueError(f"trials must not be negative, got {trials!r}")
+    if trials == 0:
         return 0.0, 1.0
     if successes < 0 or successes > trials:
         raise ValueError(f"successes {successes} outside 0..{trials}")
