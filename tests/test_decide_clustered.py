@@ -1,12 +1,18 @@
 """Intervals for a clustered pass rate with unequal cluster sizes, and their coverage.
 
+The shipped interval (`effective_clusters_interval`) is the hull of Clopper-Pearson at n* and
+the exact interval when every cluster passes or fails as one (`all_or_nothing_interval`): n*
+alone under-covered (0.907) when one cluster holds a large share of the cases (issue 24).
+
 Two coverage checks (print the tables with `pytest -s`):
 - a seeded simulation over designs with many singletons and a few large clusters, intra-cluster
   correlation (ICC) from 0 to 0.8 through a beta-binomial, true rates 0.7, 0.8, 0.9, 1000
   replications per cell, for both methods;
 - for `effective_clusters_interval`, whose interval depends on the data only through the total
   number of passes, exact coverage: the distribution of that total is the convolution of the
-  clusters' beta-binomial distributions, over a fine grid of true rates and ICC up to 1.
+  clusters' beta-binomial distributions, over a fine grid of true rates and ICC up to 1,
+  including designs where one cluster holds 15-50% of the cases; the table shows Clopper-Pearson
+  at n* alone (the interval before issue 24) beside it, coverage and mean width.
 
 Slack: coverage >= 0.93 (nominal 0.95 minus 0.02, which also absorbs the simulation's Monte
 Carlo error of about 0.007 per cell) everywhere for `effective_clusters_interval`. Korn-Graubard
@@ -16,6 +22,8 @@ does not.
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections import Counter
 
 import numpy as np
@@ -25,6 +33,7 @@ from scipy import stats
 from oloproof_pipeline.decide.clustered import (
     EFFECTIVE_CLUSTERS_METHOD,
     KORN_GRAUBARD_METHOD,
+    all_or_nothing_interval,
     effective_clusters,
     effective_clusters_interval,
     korn_graubard_effective_size,
@@ -41,9 +50,17 @@ DESIGNS = {
     "50 x 1 + 2 x 25": [1] * 50 + [25] * 2,
     "100 x 1 + 5 x 20": [1] * 100 + [20] * 5,
 }
+# One cluster holding a large share of the cases: 20%, 25%, 50%, 17% and 50%.
+DOMINANT_CLUSTER_DESIGNS = {
+    "200 x 1 + 1 x 50": [1] * 200 + [50],
+    "60 x 3 + 1 x 60": [3] * 60 + [60],
+    "100 x 1 + 1 x 100": [1] * 100 + [100],
+    "150 x 1 + 1 x 30": [1] * 150 + [30],
+    "40 x 1 + 1 x 40": [1] * 40 + [40],
+}
 EXACT_DESIGNS = {
     **DESIGNS,
-    "40 x 1 + 1 x 40": [1] * 40 + [40],
+    **DOMINANT_CLUSTER_DESIGNS,
     "20 x 1 + 10 x 3 + 3 x 15": [1] * 20 + [3] * 10 + [15] * 3,
     "10 x 5 (equal)": [5] * 10,
     "3 x 10 (equal)": [10] * 3,
@@ -114,6 +131,46 @@ def test_korn_graubard_all_passing_uses_the_number_of_clusters():
     assert korn_graubard_effective_size(sizes, sizes) == 14
     lower, upper = korn_graubard_interval(sizes, sizes)
     assert lower == pytest.approx(0.025 ** (1 / 14)) and upper == 1.0
+
+
+def _all_or_nothing_tails(sizes: list[int], total_passes: int, rate: float) -> tuple[float, float]:
+    """P(total >= t), P(total <= t) when each cluster passes as one, by listing every subset."""
+    at_least = at_most = 0.0
+    for passing in itertools.product((0, 1), repeat=len(sizes)):
+        probability = math.prod(rate if won else 1 - rate for won in passing)
+        total = sum(size for size, won in zip(sizes, passing) if won)
+        at_least += probability * (total >= total_passes)
+        at_most += probability * (total <= total_passes)
+    return at_least, at_most
+
+
+def test_all_or_nothing_interval_inverts_the_exact_tails():
+    sizes = [1, 1, 2, 3, 5, 5, 8]
+    for total_passes in (1, 4, 9, 13, 24):
+        lower, upper = all_or_nothing_interval(_passes_in_order(sizes, total_passes), sizes)
+        assert _all_or_nothing_tails(sizes, total_passes, lower)[0] == pytest.approx(0.025, abs=1e-9)
+        assert _all_or_nothing_tails(sizes, total_passes, upper)[1] == pytest.approx(0.025, abs=1e-9)
+    assert all_or_nothing_interval([0] * 7, sizes)[0] == 0.0
+    assert all_or_nothing_interval(sizes, sizes)[1] == 1.0
+
+
+def test_all_or_nothing_interval_over_single_cases_is_clopper_pearson():
+    passed = [1] * 41 + [0] * 9
+    expected = stats.binomtest(41, 50).proportion_ci(confidence_level=CONFIDENCE, method="exact")
+    assert all_or_nothing_interval(passed, [1] * 50) == pytest.approx((expected.low, expected.high), abs=1e-10)
+
+
+def test_the_interval_is_the_hull_of_its_two_halves():
+    sizes = [1] * 200 + [50]
+    passed = [1] * 178 + [0] * 22 + [0]  # the big cluster failed, 178 of the 200 singletons passed
+    rate = sum(passed) / sum(sizes)
+    smooth = _clopper_pearson(rate * effective_clusters(sizes), effective_clusters(sizes))
+    lumpy = all_or_nothing_interval(passed, sizes)
+    lower, upper = effective_clusters_interval(passed, sizes)
+    assert (lower, upper) == pytest.approx((min(smooth[0], lumpy[0]), max(smooth[1], lumpy[1])), abs=1e-12)
+    # Issue 24: n* alone gave (0.488, 0.879) here, below a true rate of 0.89 that puts the big
+    # cluster's failure at 11%; the all-or-nothing half reaches past it.
+    assert smooth[1] < 0.89 < upper
 
 
 def test_missing_cases_widen_the_worst_case_way():
@@ -225,26 +282,56 @@ def test_effective_clusters_interval_depends_only_on_total_passes():
 
 
 def test_exact_coverage_of_the_effective_clusters_interval():
-    rates = [0.005, *np.round(np.arange(0.02, 0.981, 0.02), 2), 0.995]
+    rates = [0.005, *np.round(np.arange(0.02, 0.981, 0.02), 2), 0.89, 0.995]
     correlations = (0.0, 0.2, 0.5, 0.8, 0.95, 1.0)
-    lines = ["", f"{EFFECTIVE_CLUSTERS_METHOD}: exact minimum coverage over true rates 0.005, 0.02..0.98, 0.995 "
-             f"(clusters-as-cases Clopper-Pearson in brackets)",
-             f"{'design':>26} {'n*':>6} | " + " ".join(f"{'ICC ' + str(c):>14}" for c in correlations)]
+    lines = ["", f"{EFFECTIVE_CLUSTERS_METHOD}: exact minimum coverage over true rates 0.005, 0.02..0.98, 0.89, 0.995; "
+             "in brackets Clopper-Pearson at n* alone (before issue 24)",
+             f"{'design':>26} {'n*':>5} {'top':>4} | " + " ".join(f"{'ICC ' + str(c):>13}" for c in correlations)
+             + " | mean width p=0.8, ICC 0 / 0.5"]
     worst = 1.0
     for name, sizes in EXACT_DESIGNS.items():
-        total, clusters = sum(sizes), len(sizes)
+        total, effective = sum(sizes), effective_clusters(sizes)
         bounds = np.array([effective_clusters_interval(_passes_in_order(sizes, t), sizes) for t in range(total + 1)])
-        as_cases = np.array([_clopper_pearson(t / total * clusters, clusters) for t in range(total + 1)])
+        alone = np.array([_clopper_pearson(t / total * effective, effective) for t in range(total + 1)])
         cells = []
         for correlation in correlations:
-            coverage, coverage_as_cases = [], []
+            coverage, coverage_alone = [], []
             for rate in rates:
                 distribution = total_passes_distribution(sizes, rate, correlation)
                 coverage.append(distribution[(bounds[:, 0] <= rate) & (rate <= bounds[:, 1])].sum())
-                coverage_as_cases.append(distribution[(as_cases[:, 0] <= rate) & (rate <= as_cases[:, 1])].sum())
+                coverage_alone.append(distribution[(alone[:, 0] <= rate) & (rate <= alone[:, 1])].sum())
             worst = min(worst, min(coverage))
             assert min(coverage) >= 0.93, (name, correlation, min(coverage))
-            cells.append(f"{min(coverage):.3f} ({min(coverage_as_cases):.3f})")
-        lines.append(f"{name:>26} {effective_clusters(sizes):6.1f} | " + " ".join(f"{cell:>14}" for cell in cells))
-    lines.append(f"minimum over all: {worst:.3f}")
+            cells.append(f"{min(coverage):.3f} ({min(coverage_alone):.3f})")
+        widths = []
+        for correlation in (0.0, 0.5):
+            distribution = total_passes_distribution(sizes, 0.8, correlation)
+            widths.append(f"{distribution @ (bounds[:, 1] - bounds[:, 0]):.3f} ({distribution @ (alone[:, 1] - alone[:, 0]):.3f})")
+        lines.append(f"{name:>26} {effective:5.1f} {max(sizes) / total:4.2f} | " + " ".join(f"{cell:>13}" for cell in cells)
+                     + " | " + " / ".join(widths))
+    lines.append(f"minimum over all: {worst:.3f} (top: the largest cluster's share of the cases)")
     print("\n".join(lines))
+
+
+def _minimum_exact_coverage(sizes: list[int], correlation: float, interval) -> float:
+    total = sum(sizes)
+    bounds = np.array([interval(_passes_in_order(sizes, t), sizes) for t in range(total + 1)])
+    coverage = []
+    for rate in np.round(np.arange(0.02, 0.981, 0.02), 2):
+        distribution = total_passes_distribution(sizes, rate, correlation)
+        coverage.append(distribution[(bounds[:, 0] <= rate) & (rate <= bounds[:, 1])].sum())
+    return min(coverage)
+
+
+def test_each_half_alone_undercovers_where_the_other_holds():
+    """Why the hull: Clopper-Pearson at n* misses with a dominant cluster at ICC 1, the
+    all-or-nothing interval with one at ICC 0; the hull holds at both."""
+    def n_star_alone(passed, sizes):
+        effective = effective_clusters(sizes)
+        return _clopper_pearson(sum(passed) / sum(sizes) * effective, effective)
+
+    dominant, half = DOMINANT_CLUSTER_DESIGNS["200 x 1 + 1 x 50"], DOMINANT_CLUSTER_DESIGNS["100 x 1 + 1 x 100"]
+    assert _minimum_exact_coverage(dominant, 1.0, n_star_alone) < 0.91
+    assert _minimum_exact_coverage(half, 0.0, all_or_nothing_interval) < 0.9
+    assert _minimum_exact_coverage(dominant, 1.0, effective_clusters_interval) >= 0.95
+    assert _minimum_exact_coverage(half, 0.0, effective_clusters_interval) >= 0.95

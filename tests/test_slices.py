@@ -13,6 +13,7 @@ from oloproof_pipeline.model.slicing import parse_slice_spec
 from oloproof_pipeline.decide.slices import (
     NO_VALUE,
     UNRECORDED,
+    distinct_tests,
     numeric_bucket,
     slice_rows,
     slice_table,
@@ -138,15 +139,36 @@ def test_by_marks_the_bucket_that_differs_across_the_whole_family():
     rows = slice_rows(specs, verdicts(first + flat), cases, runs, min_support=5)
     tested = [row for row in rows if row.p_value is not None]
     assert len(tested) == 2 * 3 + 2 * 2  # gt_1 and le_1 hold 15 each; every bucket has a complement
+    # tool_calls:1 splits each criterion in two: le_1 against gt_1 and gt_1 against le_1 are
+    # one test, so the family holds 2 * 3 + 2 tests, not ten.
+    tests = distinct_tests(rows)
+    assert len(tests) == 8 and sorted(len(rows_of) for rows_of in tests) == [1] * 6 + [2] * 2
     bad = rows_by_bucket(rows, "metadata.category", "first")["bad"]
     assert bad.p_value == pytest.approx(stats.fisher_exact([[1, 9], [19, 1]]).pvalue)
     assert bad.differs is True
-    assert [row.differs for row in tested] == benjamini_yekutieli([row.p_value for row in tested], fdr=0.1)
+    expected = benjamini_yekutieli([rows_of[0].p_value for rows_of in tests], fdr=0.1)
+    assert [[row.differs for row in rows_of] for rows_of in tests] == [[differs] * len(rows_of) for rows_of, differs in zip(tests, expected)]
     marked = {(row.slice, row.bucket, row.criterion) for row in rows if row.differs}
     assert marked == {("metadata.category", "bad", "first")}
-    # "good" (10 of 10 against 10 of 20) is nominally significant, but not after BY across ten tests.
+    # "good" (10 of 10 against 10 of 20) is nominally significant, but not after BY across eight tests.
     good = rows_by_bucket(rows, "metadata.category", "first")["good"]
     assert good.p_value < 0.05 and good.differs is False
+
+
+def test_a_two_bucket_split_enters_its_one_test_once():
+    # 10 cases with one call all pass, 10 with two pass 6: Fisher p = 0.087 for le_1 against
+    # gt_1, the same table as gt_1 against le_1. One test at FDR 0.1 marks both buckets;
+    # entered twice (m = 2) it would mark neither (0.087 > 2 * 0.1 / (2 * 1.5)).
+    cases = {f"c{i}": case(f"c{i}") for i in range(20)}
+    runs = {f"c{i}": run(f"c{i}", 1 if i < 10 else 2) for i in range(20)}
+    outcomes = ["PASS"] * 10 + ["PASS"] * 6 + ["FAIL"] * 4
+    rows = slice_rows([parse_slice_spec("tool_calls:1")], verdicts([(f"c{i}", "ok", outcomes[i]) for i in range(20)]), cases, runs, min_support=5)
+    one, two = rows_by_bucket(rows, "tool_calls:1", "ok")["le_1"], rows_by_bucket(rows, "tool_calls:1", "ok")["gt_1"]
+    assert one.p_value == two.p_value == pytest.approx(stats.fisher_exact([[10, 0], [6, 4]]).pvalue)
+    assert 0.2 / 3 < one.p_value < 0.1
+    assert len(distinct_tests(rows)) == 1
+    assert one.differs is True and two.differs is True
+    assert "across all 1 tests" in slices_markdown(rows)
 
 
 def test_slice_table_and_markdown():

@@ -17,6 +17,7 @@ from oloproof_pipeline.decide.statistics import (
 )
 from oloproof_pipeline.decide.suite_size import design_effect
 
+from test_decide_clustered import _clopper_pearson as _fractional_clopper_pearson
 from test_decide_clustered import _passes_in_order, total_passes_distribution
 
 # -- Clopper-Pearson -----------------------------------------------------------------------
@@ -37,6 +38,13 @@ def test_clopper_pearson_edges():
     assert clopper_pearson(0, 0) == (0.0, 1.0)
     assert clopper_pearson(0, 5)[0] == 0.0
     assert clopper_pearson(5, 5)[1] == 1.0
+    assert clopper_pearson(np.int64(3), 5.0) == clopper_pearson(3, 5)  # whole numbers of any type
+
+
+@pytest.mark.parametrize("successes, trials", [(2.5, 5), (2, 5.5), (0.1, 0), (True, 5), (6, 5), (-1, 5), (0, -2)])
+def test_clopper_pearson_refuses_counts_no_binomial_has(successes, trials):
+    with pytest.raises(ValueError):
+        clopper_pearson(successes, trials)
 
 
 # -- missing cases widen -------------------------------------------------------------------
@@ -65,8 +73,9 @@ def test_exact_rate_with_nothing_observed():
 # Why this method (see `clustered_rate`): the studentised cluster bootstrap the gate used
 # before, capped by the clusters-as-cases interval, covered 0.56-0.86 with a few large
 # clusters and a strong intra-cluster correlation (ICC); the reference bootstrap below shows
-# it. The effective-clusters interval is used alone: intersected with the bootstrap it covers
-# no better than the bootstrap, and a hull with it is only wider.
+# it. The effective-clusters interval (itself the hull of Clopper-Pearson at n* and the exact
+# all-or-nothing interval, decide/clustered.py) is used without the bootstrap: intersected with
+# it, it covers no better than the bootstrap, and a hull with it is only wider.
 
 
 def _clustered_rows(clusters=24, seed=3):
@@ -152,8 +161,9 @@ COVERAGE_DESIGNS = {
     "50 x 1 + 2 x 25": [1] * 50 + [25] * 2,
     "100 x 1 + 5 x 20": [1] * 100 + [20] * 5,
     "24 x 3 (equal)": [3] * 24,
+    "200 x 1 + 1 x 50": [1] * 200 + [50],  # one cluster holds 20% of the cases (issue 24)
 }
-COVERAGE_CORRELATIONS = (0.0, 0.5, 0.8)
+COVERAGE_CORRELATIONS = (0.0, 0.5, 0.8, 1.0)
 COVERAGE_RATES = (0.7, 0.8, 0.9, 0.95)
 
 
@@ -210,7 +220,7 @@ def _bootstrap_t_interval(passed, sizes, rng, resamples=500, confidence=0.95):
         residuals = y - (y.sum(-1, keepdims=True) / m.sum(-1, keepdims=True)) * m
         return np.sqrt(clusters / (clusters - 1) * (residuals**2).sum(-1)) / m.sum(-1)
 
-    cap = clopper_pearson(ratio * clusters, clusters, confidence)
+    cap = _fractional_clopper_pearson(ratio * clusters, clusters)  # at 0.95, the only level used
     error = float(standard_error(passed, sizes))
     if error == 0:
         return cap

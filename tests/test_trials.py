@@ -198,8 +198,14 @@ def test_a_case_passes_every_trial_only_when_none_fails_and_flips_count_changes(
     assert case_outcome([PASS, FAIL, PASS]) == FAIL
     assert case_outcome([PASS, MISSING, PASS]) == MISSING
     assert case_outcome([MISSING, FAIL]) == FAIL  # a failure is known whatever the missing trial did
-    assert case_outcome([EXCLUDED, PASS]) == PASS
     assert case_outcome([EXCLUDED, EXCLUDED]) == EXCLUDED
+    # pass^k over exactly k judged trials (tau-bench's definition): a case judged on fewer is
+    # not known to pass all k, so it is MISSING (issue 24: [PASS, EXCLUDED, PASS] was a PASS).
+    assert case_outcome([PASS, EXCLUDED, PASS]) == MISSING
+    assert case_outcome([EXCLUDED, PASS]) == MISSING
+    assert case_outcome([EXCLUDED, FAIL, PASS]) == FAIL
+    assert case_outcome([PASS, PASS], trials=3) == MISSING  # no verdict at all in the third trial
+    assert case_outcome([PASS, PASS, PASS], trials=3) == PASS
     assert flips([PASS, FAIL, PASS]) == 2 and flips([PASS, PASS, FAIL]) == 1 and flips([PASS, MISSING, PASS]) == 0
 
 
@@ -217,6 +223,21 @@ def test_trial_rates_use_the_gates_intervals_with_the_case_as_cluster():
     mean = trial_rate("pass@1", trials, CRITERION, allow_approximate=True).estimate
     assert mean.estimate == pytest.approx(0.5) and mean.clusters == 3
     assert (mean.lower, mean.upper) == pytest.approx(effective_clusters_interval([2, 1, 0], [2, 2, 2]))
+
+
+def test_pass_k_counts_a_case_short_of_k_judged_trials_as_missing():
+    """Through `trial_rate`: three trials; "short" has an EXCLUDED trial, "gap" no row in
+    trial 3, "all" passed all three, "bad" failed one. Only "all" passes; the two short
+    cases widen the interval as missing cases do."""
+    outcomes = {"all": [PASS, PASS, PASS], "short": [PASS, EXCLUDED, PASS], "gap": [PASS, PASS], "bad": [PASS, FAIL, EXCLUDED]}
+    rows = [{"case_id": case, "group_id": case, "criterion": CRITERION, "outcome": o, "reason": "r", "trial": t + 1}
+            for case, trial_outcomes in outcomes.items() for t, o in enumerate(trial_outcomes)]
+    frame = pd.DataFrame(rows)
+    trials = all_trials(frame[frame["trial"] == 1].drop(columns="trial"), frame[frame["trial"] > 1])
+    every = trial_rate("pass^k", trials, CRITERION).estimate
+    assert (every.passed, every.failed, every.missing) == (1, 1, 2)
+    assert every.estimate == 0.5
+    assert (every.lower, every.upper) == pytest.approx((clopper_pearson(1, 4)[0], clopper_pearson(3, 4)[1]))
 
 
 # -- coverage ---------------------------------------------------------------------------------------

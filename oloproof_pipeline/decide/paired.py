@@ -1,14 +1,28 @@
 """A confidence interval for the change in pass rate between two versions judged on the same
 cases (candidate minus base): Tango's score interval (Tango 1998, Statistics in Medicine
 17:891-908), one of the two intervals Fagerland, Lydersen and Laake (2014, Statistics in Medicine
-33:2850-2875) recommend for paired proportions.
+33:2850-2875) recommend for paired proportions, with a continuity correction of half a pair.
 
 Why Tango and not Newcombe's hybrid score interval (Newcombe 1998, Statistics in Medicine
 17:2635-2650, method 10): exact enumeration of coverage over every table of 24, 50 and 100
-pairs (tests/test_decide_paired.py) keeps Tango at 0.935 or more on the test grid, while at 24
+pairs (tests/test_decide_paired.py) keeps Tango at 0.94 or more on the test grid, while at 24
 and 50 pairs Newcombe's method 10 falls to 0.73 and 0.65 when few cases change and all one way
-(1-5% fixed, none broken), the common case for a release. With nothing changed on 24 pairs Tango gives +-0.14,
-Newcombe +-0.09.
+(1-5% fixed, none broken), the common case for a release.
+
+Why the continuity correction (issue 24): Tango's interval is asymptotic. Exact enumeration at
+every n from 50 to 100 pairs, over p_fixed, p_broken <= 0.3 in steps of 0.01 and the whole
+simplex in steps of 0.05, found its two-sided coverage as low as 0.928 (n = 92) and its lower
+bound above the true difference up to 6.0% of the time (n = 56) against a nominal 2.5%: a
+"fixed" claim made more than twice as often as promised (90 both pass, 6 fixed, 1 broken,
+3 both fail gave (-0.002, +0.116)), and 4 fixed, 0 broken of 24 called an improvement that
+exact McNemar (p = 0.125) does not. Shrinking the score's numerator |fixed - broken - n d| by
+1/2 (the usual correction for a discrete count) raises the minimum coverage to 0.943 over
+50-100 pairs (0.948 at 100, 0.957 at 24) and caps each side's miss at 4.5% (n = 52; 3.3% at
+100). It costs 10-17% of width (mean width at 50 pairs with changes up to 10%: 0.233 against
+0.206). A correction of 1 pair gave 0.951 and 3.4% at 24-100 pairs for 20-34% more width. The
+one-sided miss stays above 2.5%: a bound that must hold one-sided at 2.5% wants a higher
+confidence level. tests/test_decide_paired.py asserts and prints these at 24, 50, 52, 54, 56,
+75 and 100 pairs. With nothing changed on 24 pairs it gives +-0.172 (uncorrected +-0.138).
 
 The interval is unconditional: it never treats the number of changed cases as known.
 """
@@ -22,6 +36,8 @@ from scipy import optimize, stats
 
 PAIRED_METHOD = "tango_score"
 
+# Half a pair off the score's numerator (module docstring: the measured coverage).
+CONTINUITY_CORRECTION = 0.5
 # Z is clipped here for the root finder, which needs finite values; |Z| this large rejects
 # at any confidence level a float can express.
 _Z_CLIP = 1e6
@@ -36,7 +52,8 @@ def paired_difference_interval(
     missing: int = 0,
     confidence: float = 0.95,
 ) -> tuple[float, float]:
-    """Tango's score interval for candidate-minus-base pass rate over paired cases.
+    """Tango's score interval, continuity-corrected, for candidate-minus-base pass rate over
+    paired cases.
 
     `fixed` counts cases the base failed and the candidate passed, `broken` the reverse.
     `missing` pairs (a case missing on either side) widen it the worst-case way: the lower
@@ -63,24 +80,34 @@ def _critical_value(confidence: float) -> float:
     return float(stats.norm.isf((1.0 - confidence) / 2.0))
 
 
-# Tango's Z decreases in d (checked over every table up to 50 pairs in the tests), so the
-# interval {d : |Z(d)| <= z} has one crossing on each side of the estimate, where Z(d) = 0.
+# Tango's Z decreases in d (checked over every table up to 50 pairs in the tests), and so does
+# the corrected Z (its numerator only shrinks towards the estimate), so the interval
+# {d : |Z(d)| <= z} has one crossing on each side of the estimate, where Z(d) = 0.
 
 
 def _upper_bound(fixed: int, broken: int, pairs: int, z: float) -> float:
-    if _score(fixed, broken, pairs, 1.0) >= -z:
+    if _corrected_score(fixed, broken, pairs, 1.0) >= -z:
         return 1.0
     estimate = (fixed - broken) / pairs
-    crossing = lambda d: max(_score(fixed, broken, pairs, d), -_Z_CLIP) + z  # noqa: E731
+    crossing = lambda d: max(_corrected_score(fixed, broken, pairs, d), -_Z_CLIP) + z  # noqa: E731
     return min(float(optimize.brentq(crossing, estimate, 1.0, xtol=1e-15)), 1.0)
 
 
 def _lower_bound(fixed: int, broken: int, pairs: int, z: float) -> float:
-    if _score(fixed, broken, pairs, -1.0) <= z:
+    if _corrected_score(fixed, broken, pairs, -1.0) <= z:
         return -1.0
     estimate = (fixed - broken) / pairs
-    crossing = lambda d: min(_score(fixed, broken, pairs, d), _Z_CLIP) - z  # noqa: E731
+    crossing = lambda d: min(_corrected_score(fixed, broken, pairs, d), _Z_CLIP) - z  # noqa: E731
     return max(float(optimize.brentq(crossing, -1.0, estimate, xtol=1e-15)), -1.0)
+
+
+def _corrected_score(fixed: int, broken: int, pairs: int, difference: float) -> float:
+    """Tango's Z with its numerator shrunk by CONTINUITY_CORRECTION towards 0 (0 within it)."""
+    score = _score(fixed, broken, pairs, difference)
+    numerator = fixed - broken - pairs * difference
+    if numerator == 0.0 or not math.isfinite(score):
+        return score
+    return score * max(abs(numerator) - CONTINUITY_CORRECTION, 0.0) / abs(numerator)
 
 
 def _score(fixed: int, broken: int, pairs: int, difference: float) -> float:

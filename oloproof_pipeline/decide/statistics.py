@@ -1,5 +1,6 @@
 """Rates with intervals: exact Clopper-Pearson for independent cases, Clopper-Pearson at the
-effective number of clusters where one cluster holds several cases (decide/clustered.py), and
+effective number of clusters (hulled with the exact all-or-nothing interval) where one cluster
+holds several cases (decide/clustered.py), and
 Benjamini-Yekutieli marks for exploratory slices. The suite size that would decide a rule is
 in decide/suite_size.py, the paired difference between two versions in decide/paired.py.
 
@@ -39,9 +40,17 @@ BlockingReason = tuple[BlockingKind, str]
 # -- Clopper-Pearson -----------------------------------------------------------------------
 
 
-def clopper_pearson(successes: float, trials: float, confidence: float = 0.95) -> tuple[float, float]:
-    """Two-sided exact interval for a binomial proportion."""
-    if trials <= 0:
+def clopper_pearson(successes: int, trials: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Two-sided exact interval for a binomial proportion. Counts must be whole numbers: the
+    beta quantiles would accept 2.5 of 5, but no binomial count is, and its "exact" coverage
+    would then hold for nothing (a clustered rate's effective counts go through
+    decide/clustered.py, which says what they mean). No trials give (0, 1)."""
+    for name, count in (("successes", successes), ("trials", trials)):
+        if isinstance(count, bool) or int(count) != count:
+            raise ValueError(f"{name} must be a whole number, got {count!r}")
+    if trials < 0:
+        raise ValueError(f"trials must not be negative, got {trials!r}")
+    if trials == 0:
         return 0.0, 1.0
     if successes < 0 or successes > trials:
         raise ValueError(f"successes {successes} outside 0..{trials}")
@@ -145,11 +154,12 @@ def _check_outcomes(outcomes: Iterable[str]) -> None:
 
 def clustered_rate(outcomes_by_cluster: dict[str, list[str]], confidence: float = 0.95) -> RateEstimate:
     """The rate over clusters of any sizes: Clopper-Pearson at the effective number of
-    clusters (decide/clustered.py), widened by the missing cases.
+    clusters, with its hull with the exact all-or-nothing interval where one cluster holds
+    a large share of the cases (decide/clustered.py), widened by the missing cases.
 
     Why this interval alone: its coverage with unequal cluster sizes, computed exactly over a
-    grid (tests/test_statistics.py) and simulated (tests/test_decide_clustered.py), stays
-    at 0.97 or more, while the studentised
+    grid (tests/test_statistics.py, tests/test_decide_clustered.py) and simulated
+    (tests/test_decide_clustered.py), stays at 0.95 or more, while the studentised
     cluster bootstrap used before covered as little as 0.56 with its clusters-as-cases cap
     (0.77 without it, in a simulation made while choosing) with a few large clusters and an
     intra-cluster correlation (ICC) of 0.5-0.8. Intersecting the two (the bootstrap where it

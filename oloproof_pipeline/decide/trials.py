@@ -3,9 +3,18 @@ passes) and pass@1 (the mean pass rate over its trials), each with an interval, 
 cases (whose verdict differs across trials) with how often it flipped.
 
 Both intervals are the gate's own (`rate_from_outcomes`), with the case's cluster as the unit:
-- pass^k turns each case's trials into one outcome (FAIL if any trial failed, else MISSING if
-  any is missing, else PASS; trials EXCLUDED are left out), so cases are independent and the
-  interval is exact Clopper-Pearson, as for one trial.
+- pass^k turns each case's trials into one outcome, PASS only when all k trials were judged
+  and passed (`case_outcome`), so cases are independent and the interval is exact
+  Clopper-Pearson, as for one trial. Oloproof has no pass^k (its source names none), so the
+  definition is tau-bench's (Yao et al. 2024, "tau-bench"): pass^k = E over cases of
+  C(c, k) / C(n, k) for c successes in n trials, which over exactly n = k trials is the share
+  of cases whose k trials all succeeded. A case judged on fewer than k trials (a trial MISSING,
+  EXCLUDED, or with no verdict) is MISSING for pass^k, not PASS: counting [PASS, EXCLUDED,
+  PASS] as passing would mix pass^2 into a pass^3 rate. tau-bench scores an errored trial 0;
+  MISSING does the same for the lower bound (the side a PASS is decided on) and, as every
+  missing case here, the opposite for the upper, so the case can only make the rate less
+  certain. A case with any FAIL is FAIL whatever its other trials did; one with every trial
+  EXCLUDED is EXCLUDED, as with one trial.
 - pass@1 counts every trial; the k trials of a case are one cluster of k verdicts that may
   agree as strongly as they like, so the interval is Clopper-Pearson at the effective number
   of clusters (decide/clustered.py), valid at any correlation within a case, and like every
@@ -44,16 +53,17 @@ def all_trials(verdicts: pd.DataFrame, trial_verdicts: pd.DataFrame | None) -> p
     return pd.concat([first, later], ignore_index=True)
 
 
-def case_outcome(outcomes: Iterable[str]) -> str:
-    """One outcome for a case from its trials' outcomes, for pass^k."""
-    counted = [outcome for outcome in outcomes if outcome != EXCLUDED]
-    if not counted:
-        return EXCLUDED
-    if FAIL in counted:
+def case_outcome(outcomes: Iterable[str], trials: int | None = None) -> str:
+    """One outcome for a case from its trials' outcomes, for pass^k over `trials` trials (by
+    default as many as are listed): FAIL if any trial failed; PASS only if `trials` of them
+    passed; EXCLUDED if every listed trial is; else MISSING (fewer than k judged trials)."""
+    outcomes = list(outcomes)
+    required = len(outcomes) if trials is None else trials
+    if FAIL in outcomes:
         return FAIL
-    if MISSING in counted:
-        return MISSING
-    return PASS
+    if all(outcome == EXCLUDED for outcome in outcomes):
+        return EXCLUDED
+    return PASS if outcomes.count(PASS) >= required else MISSING
 
 
 def flips(outcomes: list[str]) -> int:
@@ -82,7 +92,11 @@ def trial_rate(
     cases = _by_case(trials, criterion)
     groups = null_to_none(cases["group_id"])
     if aggregate == PASS_ALL_TRIALS:
-        rows = [(group, case_outcome(outcomes)) for group, outcomes in zip(groups, cases["outcomes"])]
+        # k is the run's number of trials, so a case with no verdict in some trial is not
+        # taken for one that passed them all.
+        of_criterion = trials.loc[trials["criterion"] == criterion, "trial"]
+        k = int(of_criterion.max()) if len(of_criterion) else 0
+        rows = [(group, case_outcome(outcomes, k)) for group, outcomes in zip(groups, cases["outcomes"])]
     else:
         rows = [(group, outcome) for group, outcomes in zip(groups, cases["outcomes"]) for outcome in outcomes]
     return rate_from_outcomes(rows, confidence=confidence, allow_approximate=allow_approximate, min_clusters=min_clusters)
