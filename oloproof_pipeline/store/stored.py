@@ -25,8 +25,9 @@ Part = Path | pd.DataFrame
 
 
 class PinnedFile:
-    """A stored file opened once: its path (for messages), its open handle and its status
-    when opened. A file that could not be opened keeps why, raised at its first read."""
+    """A stored file opened once: its path (for messages), its open handle (closed with it)
+    and its status when opened. A file that could not be opened keeps why, raised at its
+    first read."""
 
     def __init__(self, path: Path):
         self.path = path
@@ -38,7 +39,7 @@ class PinnedFile:
             self.size = os.fstat(self.handle.fileno()).st_size
         except (OSError, pa.ArrowException) as error:
             self.problem = error if isinstance(error, OSError) else OSError(str(error))
-            self.modified_ns, self.size = path.stat().st_mtime_ns if path.exists() else 0, 0
+            self.modified_ns, self.size = 0, 0
 
     def source(self) -> pa.NativeFile:
         """The open file, at its start, for one read."""
@@ -46,10 +47,6 @@ class PinnedFile:
             raise StoredTableError(self.path, _short_reason(self.problem))
         self.handle.seek(0)
         return self.handle
-
-    def __del__(self) -> None:
-        if self.handle is not None:
-            self.handle.close()
 
 
 def table_of(path: Path) -> str:
