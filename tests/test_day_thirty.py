@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -21,6 +21,7 @@ from oloproof_pipeline.store.journal import Journal
 from oloproof_pipeline.store.layout import table_path
 
 from conftest import write_project
+from helpers import OLOPROOF, cli_environment
 
 # Appended to a copy of the refund desk: every call of the agent (recordings and replays)
 # leaves a line in calls.log, so a test can count what really ran.
@@ -164,31 +165,82 @@ def start_cli_run(root: Path) -> subprocess.Popen:
     )
 
 
+# A fast system (each case a line in calls.log) that, the first time it is called for case
+# KILL_AT, says so on the test's socket and then waits on it: the test kills the run at that
+# exact point, and learns that the worker is gone when the socket closes.
+HELD_APP = """
+import copy
+import os
+import pathlib
+import socket
+
+
+class System:
+    def __init__(self):
+        self.state = {}
+
+    def reset(self, state):
+        self.state = state
+
+    def snapshot(self):
+        return copy.deepcopy(self.state)
+
+    def __call__(self, request):
+        here = pathlib.Path(__file__).parent
+        with (here / "calls.log").open("a") as calls:
+            calls.write(f"start {request['n']}\\n")
+        if request["n"] == "KILL_AT" and not (here / "held").exists():
+            (here / "held").touch()
+            held = socket.create_connection(("127.0.0.1", PORT))
+            held.sendall(b"running")
+            held.recv(1)  # until the test lets go, or this process is killed
+        self.state["done"] = True
+        # The case before is long to read back and journal: a worker that went on without
+        # waiting for that would be well into case KILL_AT by then.
+        return {"answer": "ok", "padding": "x" * (4_000_000 if request["n"] == str(KILL_AT - 1) else 0)}
+"""
+KILL_AT = 8
+
+
 def test_a_killed_run_keeps_what_finished_and_the_rerun_records_only_the_rest(tmp_path):
+    """Each case is journalled before the next is sent to the worker, so a run killed while a
+    case runs has journalled every case before it, and the rerun repeats that one case only:
+    one repeated call per kill and sandbox. The kill comes at a known case, however loaded the
+    machine: the system itself says when it is there."""
     total = 30
-    root = slow_project(tmp_path / "slow", total)
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(120)
+    app = HELD_APP.replace("KILL_AT", str(KILL_AT)).replace("PORT", str(listener.getsockname()[1]))
+    root = write_project(
+        tmp_path / "killed", app=app,
+        cases=[{"id": f"c{n:02d}", "input": {"n": str(n)}, "initial_state": {"done": False}, "expected": {"state": {"done": True}}}
+               for n in range(total)],
+    )
     journal = Journal.for_partition(root, "recorded_runs", "1.0.0")
-    run = start_cli_run(root)
-    deadline = time.monotonic() + 120
-    while sum(1 for _ in journal.rows()) < 8 and time.monotonic() < deadline and run.poll() is None:
-        time.sleep(0.05)
-    os.killpg(run.pid, signal.SIGKILL)
-    run.wait()
-    finished = sum(1 for _ in journal.rows())
-    called_before_kill = calls(root)
-    assert 8 <= finished < total and called_before_kill in (finished, finished + 1)
+    output = tmp_path / "killed.out"
+    with output.open("w") as printed:
+        run = subprocess.Popen([OLOPROOF, "run", "--project", str(root)], stdout=printed, stderr=printed,
+                               env=cli_environment(), start_new_session=True)
+    with listener, listener.accept()[0] as held:
+        held.settimeout(120)
+        assert held.recv(16) == b"running"
+        assert sum(1 for _ in journal.rows()) == KILL_AT  # every case before the running one
+        os.killpg(run.pid, signal.SIGKILL)
+        assert run.wait(timeout=120) == -signal.SIGKILL
+        assert held.recv(1) == b""  # the worker went with the run that supervised it
+    assert output.read_text() == ""  # a killed run prints nothing after its kill, nor before here
+    assert sum(1 for _ in journal.rows()) == KILL_AT and calls(root) == KILL_AT + 1
 
     # The rerun records into the instance the killed CLI run used: a project keeps one history.
     instance = project_instance(root)
     rerun = run_evaluation(root, instance=instance)
     assert rerun.errors == []
     recorded = latest(instance, "recorded_runs", project="tiny")
-    assert (recorded["cases_new"], recorded["cases_reused"]) == (total - finished, finished)
-    # Only the unfinished cases ran again (plus, at most, the one cut off mid-case).
-    assert calls(root) == called_before_kill + total - finished
+    assert (recorded["cases_new"], recorded["cases_reused"]) == (total - KILL_AT, KILL_AT)
+    # The unfinished cases ran again: the one the kill cut off twice, the rest once.
+    assert calls(root) == total + 1
     runs = pd.read_parquet(table_path(root, "recorded_runs", "1.0.0"))
     assert sorted(runs["case_id"]) == [f"c{n:02d}" for n in range(total)] and (runs["status"] == "ok").all()
-
 
 
 def test_two_runs_at_once_share_the_sandbox_in_turn_and_record_each_case_once(tmp_path):

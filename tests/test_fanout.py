@@ -51,7 +51,7 @@ class System:
         if request["kind"] == "raise":
             self.busy = False
             raise RuntimeError("agent crashed")
-        time.sleep(3 if request["kind"] == "hang" else 0.2)
+        time.sleep(60 if request["kind"] == "hang" else 0.2)
         self.busy = False
         self.state["done"] = True
         return {"pid": os.getpid(), "started": started, "ended": time.time(), "overlapped": overlapped}
@@ -67,7 +67,7 @@ def test_cases_spread_over_worker_sandboxes_and_failures_stay_local(tmp_path):
             {"id": f"c{n:02d}", "input": {"kind": kind}, "initial_state": {"done": False}, "expected": {"state": {"done": True}}}
             for n, kind in enumerate(kinds)
         ],
-        timeout_s=1.0,
+        timeout_s=3.0,  # no ok case (0.2 s) overruns it, however loaded the machine
         extra_config="",
     )
     config = json.loads((root / "oloproof.yaml").read_text())
@@ -128,7 +128,9 @@ class TracedDesk(RefundDesk):
             (_HERE / "kill_me").rename(_HERE / "killing")
         except FileNotFoundError:
             return super().__call__(input)
-        (_HERE / "victim").write_text(_json.dumps({"pid": os.getpid(), "message": input.get("message")}))
+        # Written whole, then renamed: the test reads it the moment it appears.
+        (_HERE / "victim.partial").write_text(_json.dumps({"pid": os.getpid(), "message": input.get("message")}))
+        (_HERE / "victim.partial").rename(_HERE / "victim")
         _time.sleep(60)
         return super().__call__(input)
 """
@@ -248,7 +250,6 @@ def test_a_real_scheduler_gives_the_inline_verdicts_and_a_killed_worker_costs_on
     deadline = time.monotonic() + 300
     while not (killed / "victim").exists() and run.poll() is None and time.monotonic() < deadline:
         time.sleep(0.1)
-    time.sleep(0.2)  # the victim has written its note
     victim = json.loads((killed / "victim").read_text())
     dask_worker_of(victim["pid"]).kill()
     out, err = run.communicate(timeout=600)

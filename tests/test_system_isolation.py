@@ -39,8 +39,9 @@ def journal_rows(root: Path, table: str = "recorded_runs", version: str = "1.0.0
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def gone(pids: set[int], within_s: float = 10.0) -> bool:
-    """Every process in `pids` has ended (a zombie counts as ended)."""
+def gone(pids: set[int], within_s: float = 120.0) -> bool:
+    """Every process in `pids` has ended (a zombie counts as ended), as soon as they have:
+    the bound is only there so that a process that never ends fails the test."""
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
         alive = set()
@@ -163,7 +164,7 @@ def calls_by_case(root: Path) -> dict[str, int]:
 
 
 def test_a_crash_an_exit_a_hang_and_a_stray_thread_each_cost_one_case_and_the_cli_exits(tmp_path):
-    root = write_project(tmp_path / "p", app=UNKIND_APP, cases=unkind_cases(), timeout_s=1.0)
+    root = write_project(tmp_path / "p", app=UNKIND_APP, cases=unkind_cases(), timeout_s=3.0)  # no ok case overruns it, however loaded
     ran = oloproof("run", cwd=root)  # returns at all: no stray thread kept it alive
 
     assert "Gate: BLOCK" in ran.stdout and "Traceback" not in ran.stderr, ran.stdout + ran.stderr
@@ -176,7 +177,7 @@ def test_a_crash_an_exit_a_hang_and_a_stray_thread_each_cost_one_case_and_the_cl
     }
     assert rows["os_exit-1"]["error"] == "the system's process exited with code 0 during this case"
     assert rows["segfault-3"]["error"] == "the system's process was killed by signal SIGSEGV during this case"
-    assert rows["hang-5"]["error"] == "no answer within 1 s"
+    assert rows["hang-5"]["error"] == "no answer within 3 s"
     stored = pd.read_parquet(table_path(root, "recorded_runs", "1.0.0")).set_index("case_id")
     assert stored["status"].to_dict() == {case_id: row["status"] for case_id, row in rows.items()}
     verdicts = pd.read_parquet(table_path(root, "verdicts", "1.0.0")).set_index("case_id")

@@ -8,10 +8,10 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from ..model.outcomes import EXIT_ALLOW, EXIT_CASES_FLAGGED, EXIT_INCOMPLETE, EXIT_MEANINGS
+from ..model.outcomes import EXIT_ALLOW, EXIT_CASES_FLAGGED, EXIT_MEANINGS
 from ..project import load_project
 from ..store.layout import read_table
-from .launching import instance_writes
+from .launching import failed_launch_exit_code, instance_writes
 from .options import PROJECT_OPTION, CommandFailed
 from .render import compact_table, console
 
@@ -32,9 +32,10 @@ def certify(
     with instance_writes(project):
         certification = run_certification(project, log_level="INFO" if verbose else "CRITICAL")
     if certification.errors:
+        exit_code = failed_launch_exit_code(certification)  # a reference module that is not there: 2
         raise CommandFailed(
-            f"{'; '.join(certification.errors)} (Dagster run {certification.run_id} failed: {EXIT_MEANINGS[EXIT_INCOMPLETE]})",
-            EXIT_INCOMPLETE,
+            f"{'; '.join(certification.errors)} (Dagster run {certification.run_id} failed: {EXIT_MEANINGS[exit_code]})",
+            exit_code,
         )
     frame = read_table(project.resolve(), "case_certification")
     flagged = flagged_rows(frame)

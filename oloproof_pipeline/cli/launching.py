@@ -13,10 +13,16 @@ from typing import Iterator
 
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from ..model.outcomes import EXIT_INCOMPLETE
+from ..model.outcomes import EXIT_INCOMPLETE, EXIT_USAGE
 from ..store.journal import Journal
 from .options import CommandFailed
 from .render import console
+
+
+def failed_launch_exit_code(launched) -> int:
+    """A launched run (`defs.launch.EvaluationRun`) that failed: 2 when every failure was a
+    project's file or system found wrong mid-run (as it would be before the launch), else 5."""
+    return EXIT_USAGE if launched.configuration_error else EXIT_INCOMPLETE
 
 
 @contextmanager

@@ -14,12 +14,12 @@ import typer
 
 from ..model.config import check_release_policy
 from ..model.fingerprints import run_inputs_digest
-from ..model.outcomes import EXIT_INCOMPLETE, EXIT_MEANINGS, EXIT_USAGE
+from ..model.outcomes import EXIT_MEANINGS
 from ..project import load_project
 from ..read.document import RunSummary, failed_run_document, run_document
 from ..store.stamps import RunStamp, forget_run_stamp, unchanged_since, write_run_stamp
 from .gate import exit_with_document, gate_json, show_flagged_buckets, show_gate
-from .launching import instance_writes, journal_progress, stdout_to_stderr
+from .launching import failed_launch_exit_code, instance_writes, journal_progress, stdout_to_stderr
 from .options import JSON_OPTION, PROJECT_OPTION, CommandFailed
 from .render import console, print_json
 
@@ -78,7 +78,7 @@ def run(
         write_run_stamp(root, version=evaluation.version, ungated=ungated, inputs_digest=inputs_digest,
                         run_id=evaluation.run_id, dagster_dev=summary.dagster_dev)
     if evaluation.errors:
-        exit_code = EXIT_USAGE if evaluation.configuration_error else EXIT_INCOMPLETE
+        exit_code = failed_launch_exit_code(evaluation)
         if as_json:
             print_json(failed_run_document(evaluation.version, evaluation.run_id, evaluation.errors, summary, exit_code))
         # One line: what failed, then which run (its whole log is in the instance).

@@ -17,7 +17,7 @@ from ..decide.validity import TransformValidity, transform_validity
 from ..evaluators.metamorphic_relation import same_call
 from ..model.outcomes import BLOCKING_ORDER, EXCLUDED, FAIL, MISSING, PASS
 from ..model.trajectory import first_difference
-from ..store.layout import read_table, table_path
+from ..store.layout import StoredTableError, read_table, table_path
 from ..store.tables import rows_from_frame
 from .charts import Chart, gate_chart, slices_chart
 from .results import VersionResults, compared_paths, scripted_events, tool_calls
@@ -355,7 +355,10 @@ def _written(project_root: Path, table: str, version: str, run_ids: set[str]) ->
     writes this report) is not stored yet, so an older file must not lend it its time."""
     path = table_path(project_root, table, version)
     if table == "gate":
-        stored = read_table(project_root, table, version)
+        try:
+            stored = read_table(project_root, table, version)
+        except StoredTableError:  # broken (the gate said so and decided again): this run's gate replaces it
+            stored = None
         if stored is None or set(stored["judged_by_run"]) != run_ids:
             return "now (this run)"
     if not path.exists():

@@ -29,8 +29,8 @@ from .supervisor import SupervisedSandbox, start_fork_server
 @dataclass(frozen=True)
 class SandboxTask:
     """What a sandbox does with one item of a stage's work (`one`), and, where it can, with
-    a stream of them on one sandbox (`each`: the next item already waits on the worker's
-    channel while one runs). Both plain functions, so a Dask worker can be sent them."""
+    a stream of them on one sandbox (`each`: one worker for the stream, each item sent
+    once the one before is journalled). Both plain functions, so a Dask worker can be sent them."""
 
     one: Callable[[SupervisedSandbox, Any], Any]
     each: Callable[[SupervisedSandbox, Iterable[Any]], Iterator[tuple[Any, Any]]] | None = None
@@ -111,8 +111,10 @@ def _on_dask(client: Any, settings: SandboxSettings, items: Iterable[Any], one: 
                 raise
             except Exception as error:
                 raise pipeline_failed_on_worker(error) from error
-            submit(max(1, threads.count() - len(futures)))
             yield item, result
+            # Only once the caller journalled it: the worker that ran it then takes the next,
+            # so a killed run has lost at most the case each worker was running.
+            submit(max(1, threads.count() - len(futures)))
     finally:
         if futures:
             client.cancel(list(futures))
@@ -156,8 +158,7 @@ def record_case(sandbox: SupervisedSandbox, item: Tagged) -> RecordedRun:
 
 
 def record_cases_in_turn(sandbox: SupervisedSandbox, items: Iterable[Tagged]) -> Iterator[tuple[Tagged, RecordedRun]]:
-    """(item, its case's recording) in order, each case queued on the worker's channel
-    behind the one running (`SupervisedSandbox.record_each`)."""
+    """(item, its case's recording) in order, on one worker (`SupervisedSandbox.record_each`)."""
     asked, answered = tee(items)
     for run in sandbox.record_each(case for _, case in asked):  # one recording per case, in order
         yield next(answered), run

@@ -2,8 +2,9 @@
 
 Whatever a system does to its process (sys.exit, os._exit, a segfault, a hang, a thread
 that never ends) happens in a worker process, never in the CLI's or a Dagster step's. The
-supervisor sends a worker its cases as JSON lines (it runs one at a time; the next few wait
-on its channel) and reads each recording back as one; the worker imports and builds the
+supervisor sends a worker its cases as JSON lines, one at a time (the next only once the
+one before is journalled, so a killed run loses at most the case running) and reads each
+recording back as one; the worker imports and builds the
 system once and keeps it between cases. A worker
 that ends mid-case costs that case (`system_crashed`, with its exit code or signal), one
 that overruns the case's deadline is stopped (`timeout`), and a fresh worker takes the next
@@ -50,12 +51,6 @@ KILL_GRACE_S = 2.0
 START_MINIMUM_S = 60.0
 # How long a fork server whose channel closed gets to exit.
 STOP_GRACE_S = 2.0
-# Tasks wait on a worker's channel behind the one it runs, so it starts each the moment the
-# one before ends, even while the evaluating process is busy (journalling, say): at most
-# this many, and no more bytes than fit in the channel's buffer, so a send never blocks.
-QUEUED_TASKS = 32
-QUEUED_BYTES = 64 * 1024
-
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
 
 
@@ -361,8 +356,9 @@ class SupervisedSandbox:
         return list(self.record_each([case]))[0]
 
     def record_each(self, cases: Iterable[CaseRecord]) -> Iterator[RecordedRun]:
-        """Each case's recording, in order. The next case already waits on the worker's
-        channel while one runs, so the worker never waits for the evaluating process."""
+        """Each case's recording, in order; the next case is sent when the caller asks for
+        it, so whatever the caller does with a recording (journal it) happens before the
+        system starts the next case."""
         for task, answer in self._run_tasks(RecordTask(case=case) for case in cases):
             if isinstance(answer, WorkerLost):
                 yield RecordedRun(
@@ -379,7 +375,7 @@ class SupervisedSandbox:
         return result
 
     def replay_each(self, tasks: Iterable[ReplayTask]) -> Iterator[ReplayResult]:
-        """Each replay's result, in order (queued behind the one running, or side by side)."""
+        """Each replay's result, in order (one at a time, or side by side)."""
         for _, answer in self._run_tasks(tasks):
             if isinstance(answer, WorkerLost):
                 yield ReplayResult(status=answer.status, error=answer.error, duration_s=answer.duration_s)
@@ -393,42 +389,33 @@ class SupervisedSandbox:
 
     def _run_tasks(self, tasks: Iterable[RecordTask | ReplayTask]) -> Iterator[tuple[Any, Any]]:
         """(task, its WorkerMessage or a WorkerLost) for each task, in order. A task whose
-        worker ended or was stopped gets WorkerLost; the tasks queued behind it never
-        started, so a fresh worker runs them."""
+        worker ended or was stopped gets WorkerLost, and a fresh worker takes the next."""
         with self._lock:
             if self.settings.cases_at_once > 1:
                 yield from self._run_side_by_side(tasks)
                 return
             upcoming = _Upcoming(tasks)
-            queued: deque[tuple[RecordTask | ReplayTask, bytes]] = deque()  # on the channel; the first runs
+            unanswered = False  # a task sent whose answer never came back (the caller stopped, say)
             try:
-                while True:
-                    if not queued:  # the worker is idle: any task may go, however big
-                        first = upcoming.take()
-                        if first is None:
-                            return
-                        worker = self._ready_worker()
-                        worker.send(first[1])
-                        queued.append(first)
-                        started = time.monotonic()
-                    _queue_more(worker, queued, upcoming)
-                    task, _ = queued.popleft()
+                while (item := upcoming.take()) is not None:
+                    task, line = item
+                    worker = self._ready_worker()
+                    worker.send(line)
+                    unanswered, started = True, time.monotonic()
                     try:
-                        message = worker.receive(started + self.settings.timeout_s + KILL_GRACE_S)
+                        answer: Any = worker.receive(started + self.settings.timeout_s + KILL_GRACE_S)
                     except WorkerLost as lost:
-                        yield task, self._lost(lost, started)
-                        message = None
-                    started = time.monotonic()  # the next queued task starts now
-                    if message is not None and message.problem is not None:  # our code failed, not the system
-                        raise pipeline_failed(message.problem)
-                    if message is not None:
-                        yield task, message
-                    if message is None or message.retire:  # ended, or interrupted mid-case: a fresh worker
+                        answer = self._lost(lost, started)
+                    unanswered = False
+                    if isinstance(answer, WorkerMessage) and answer.problem is not None:  # our code failed, not the system
+                        raise pipeline_failed(answer.problem)
+                    if isinstance(answer, WorkerLost) or answer.retire:  # ended, or interrupted mid-case: a fresh worker
                         self._drop_worker()
-                        upcoming.put_back(list(queued))
-                        queued.clear()
+                    # The next task is sent only once the caller asks for it, after it journalled
+                    # this answer: a run killed at any point has lost at most the case running.
+                    yield task, answer
             finally:
-                if queued:  # left before their answers came (the caller stopped asking): never reuse
+                if unanswered:  # never reuse a worker whose answer is still on its way
                     self._drop_worker()
 
     def _run_side_by_side(self, tasks: Iterable[RecordTask | ReplayTask]) -> Iterator[tuple[Any, Any]]:
@@ -538,21 +525,6 @@ class _Upcoming:
 
     def put_back(self, items: list[tuple[RecordTask | ReplayTask, bytes]]) -> None:
         self._returned.extendleft(reversed(items))
-
-
-def _queue_more(worker: WorkerProcess, queued: deque, upcoming: _Upcoming) -> None:
-    """Queue tasks behind the running one, up to QUEUED_TASKS and QUEUED_BYTES."""
-    queued_bytes = sum(len(line) for _, line in list(queued)[1:])
-    while len(queued) < QUEUED_TASKS:
-        following = upcoming.take()
-        if following is None:
-            return
-        if queued_bytes + len(following[1]) > QUEUED_BYTES:
-            upcoming.put_back([following])
-            return
-        worker.send(following[1])
-        queued.append(following)
-        queued_bytes += len(following[1])
 
 
 def probe_system(spec: SystemSpec, *, timeout_s: float) -> SystemFacts:

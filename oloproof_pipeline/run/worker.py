@@ -22,7 +22,7 @@ import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from ..model.config import PROJECT_FILE
 from ..model.errors import ProjectError
@@ -57,6 +57,20 @@ def send(channel: socket.socket, message: WorkerMessage) -> None:
         channel.sendall(as_line(message))
     except OSError:  # the supervisor is gone: nobody is waiting for this answer
         leave()
+
+
+def tasks_on(channel: socket.socket) -> Iterator[bytes]:
+    """The task lines on the channel until it closes. A supervisor killed with an answer
+    still unread resets the channel instead: gone all the same, and nothing to print."""
+    lines = channel.makefile("rb")
+    while True:
+        try:
+            line = lines.readline()
+        except OSError:
+            return
+        if not line:
+            return
+        yield line
 
 
 def as_line(message: WorkerMessage) -> bytes:
@@ -148,7 +162,7 @@ def work(settings: SandboxSettings, channel: socket.socket) -> None:
     refusal = version_refusal(settings, facts.version)
     if settings.cases_at_once > 1:
         serve_side_by_side(settings, runner, channel, refusal)
-    for line in channel.makefile("rb"):
+    for line in tasks_on(channel):
         try:
             task = TASKS.validate_json(line)
             answer = serve(runner, task) if refusal is None else refused(task, settings.version, refusal)
@@ -194,7 +208,7 @@ def serve_side_by_side(settings: SandboxSettings, first: SandboxRunner, channel:
             send(channel, answer)
 
     pool = ThreadPoolExecutor(max_workers=settings.cases_at_once, thread_name_prefix="case")
-    for line in channel.makefile("rb"):
+    for line in tasks_on(channel):
         try:
             task = TASKS.validate_json(line)
         except ValueError as error:
@@ -251,7 +265,10 @@ def fork_server(control: socket.socket) -> None:
             if key.fileobj is not control:
                 os.read(wake_read, 4096)
                 continue
-            message, fds, _, _ = socket.recv_fds(control, 1 << 16, 1)
+            try:
+                message, fds, _, _ = socket.recv_fds(control, 1 << 16, 1)
+            except OSError:  # reset by a killed evaluating process: gone all the same
+                message, fds = b"", []
             if not message:  # the evaluating process is gone: so is every case it asked for
                 stop_all(channels)
                 leave()

@@ -1,9 +1,15 @@
 """Stored tables read a column at a time: a stage reads the few key columns it compares, and
 decodes rows only for the work left to do, so a rerun with nothing to do never reads a
-trajectory, and a large table is never turned into objects all at once."""
+trajectory, and a large table is never turned into objects all at once.
+
+Each file is opened once, when the table is found, and every later read is of that open
+file: another run that writes the table meanwhile (two `oloproof run`s and a scheduled
+materialization at once) replaces it by a rename, so this reader keeps reading the file it
+started with, never a column of one and a row of another."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -16,6 +22,31 @@ from .layout import StoredTableError, _short_reason, table_path
 from .tables import required_columns, rows_from_frame
 
 Part = Path | pd.DataFrame
+
+
+class PinnedFile:
+    """A stored file opened once: its path (for messages), its open handle (closed with it)
+    and its status when opened. A file that could not be opened keeps why, raised at its
+    first read."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.handle: pa.NativeFile | None = None
+        self.problem: OSError | None = None
+        try:
+            self.handle = pa.OSFile(str(path), "r")
+            self.modified_ns = os.fstat(self.handle.fileno()).st_mtime_ns
+            self.size = os.fstat(self.handle.fileno()).st_size
+        except (OSError, pa.ArrowException) as error:
+            self.problem = error if isinstance(error, OSError) else OSError(str(error))
+            self.modified_ns, self.size = 0, 0
+
+    def source(self) -> pa.NativeFile:
+        """The open file, at its start, for one read."""
+        if self.handle is None:
+            raise StoredTableError(self.path, _short_reason(self.problem))
+        self.handle.seek(0)
+        return self.handle
 
 
 def table_of(path: Path) -> str:
@@ -31,7 +62,10 @@ class StoredTable:
 
     def __init__(self, *parts: Part | None):
         # A folder in a table's place is no table at all: writing it again says what is wrong.
-        self._parts = [part for part in parts if isinstance(part, pd.DataFrame) or (part is not None and Path(part).is_file())]
+        self._parts: list[PinnedFile | pd.DataFrame] = [
+            part if isinstance(part, pd.DataFrame) else PinnedFile(Path(part))
+            for part in parts if isinstance(part, pd.DataFrame) or (part is not None and Path(part).is_file())
+        ]
         self._read: dict[str, pd.Series] = {}
         self._shapes: list[tuple[list[str], int]] | None = None
 
@@ -51,7 +85,7 @@ class StoredTable:
     @property
     def modified_ns(self) -> int | None:
         """When its newest file was written (None for tables in memory or none at all)."""
-        times = [part.stat().st_mtime_ns for part in self._parts if isinstance(part, Path)]
+        times = [part.modified_ns for part in self._parts if isinstance(part, PinnedFile)]
         return max(times) if times else None
 
     def _part_shapes(self) -> list[tuple[list[str], int]]:
@@ -64,21 +98,21 @@ class StoredTable:
                     continue
                 metadata = self._footer(part)
                 names = list(metadata.schema.names)
-                missing = [name for name in required_columns(table_of(part)) if name not in names]
+                missing = [name for name in required_columns(table_of(part.path)) if name not in names]
                 if missing:
                     more = " ..." if len(missing) > 3 else ""
-                    raise StoredTableError(part, f"not a {table_of(part)} table: no column {', '.join(missing[:3])}{more}")
+                    raise StoredTableError(part.path, f"not a {table_of(part.path)} table: no column {', '.join(missing[:3])}{more}")
                 shapes.append((names, metadata.num_rows))
             self._shapes = shapes
         return self._shapes
 
     @staticmethod
-    def _footer(path: Path) -> pq.FileMetaData:
+    def _footer(part: PinnedFile) -> pq.FileMetaData:
+        source = part.source()
         try:
-            return pq.ParquetFile(path).metadata
+            return pq.ParquetFile(source).metadata
         except (OSError, ValueError, pa.ArrowException) as error:
-            empty = path.is_file() and path.stat().st_size == 0
-            raise StoredTableError(path, "the file is empty" if empty else _short_reason(error)) from None
+            raise StoredTableError(part.path, "the file is empty" if part.size == 0 else _short_reason(error)) from None
 
     def readable(self, instead: str) -> "StoredTable":
         """This table, or none at all when it cannot be read: a warning (printed by the CLI as
@@ -97,15 +131,15 @@ class StoredTable:
     def __len__(self) -> int:
         return sum(rows for _, rows in self._part_shapes())
 
-    def _read_part(self, part: Part, names: list[str], rows: int, wanted: list[str]) -> dict[str, pd.Series]:
+    def _read_part(self, part: "PinnedFile | pd.DataFrame", names: list[str], rows: int, wanted: list[str]) -> dict[str, pd.Series]:
         present = [name for name in wanted if name in names]
         if isinstance(part, pd.DataFrame):
             read = {name: part[name].reset_index(drop=True) for name in present}
         elif present:
             try:
-                read = dict(pq.read_table(part, columns=present).to_pandas().items())
+                read = dict(pq.read_table(part.source(), columns=present).to_pandas().items())
             except (OSError, ValueError, pa.ArrowException) as error:
-                raise StoredTableError(part, _short_reason(error)) from None
+                raise StoredTableError(part.path, _short_reason(error)) from None
         else:
             read = {}
         return {name: read.get(name, pd.Series([None] * rows, dtype=object)) for name in wanted}
@@ -136,9 +170,9 @@ class StoredTable:
                 frames.append(part[part[column] == value])
                 continue
             try:
-                frames.append(pq.read_table(part, filters=[(column, "==", value)]).to_pandas())
+                frames.append(pq.read_table(part.source(), filters=[(column, "==", value)]).to_pandas())
             except (OSError, ValueError, pa.ArrowException) as error:
-                raise StoredTableError(part, _short_reason(error)) from None
+                raise StoredTableError(part.path, _short_reason(error)) from None
         frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0] if frames else pd.DataFrame()
         return rows_from_frame(frame, [name for name in nested if name in frame.columns]) if len(frame) else []
 
