@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+from helpers import oloproof_in_process
+
 from oloproof_pipeline.decide.slices import CaseFacts, case_bucket
 from oloproof_pipeline.evaluators import JudgingContext, build_evaluators
 from oloproof_pipeline.model.cases import CaseRecord
@@ -180,3 +182,15 @@ def test_a_metadata_slice_reads_a_key_with_a_dot():
     assert case_bucket(parse_slice_spec("metadata.team.name"), CaseFacts(metadata={"team": {"name": "other"}})) == "other"
     with pytest.raises(ValueError, match="slice"):
         parse_slice_spec('metadata["team.name"')
+
+
+def test_oloproof_run_refuses_a_bystander_naming_nothing_in_one_line_and_records_nothing(refund_desk):
+    config = refund_desk / "oloproof.yaml"
+    config.write_text(config.read_text().replace("paths: [orders.ord-999]", "paths: [orders.ord-9999]"))
+    finished = oloproof_in_process("run", cwd=refund_desk)
+
+    lines = finished.stderr.strip().splitlines()
+    assert finished.returncode == 2, finished.stdout + finished.stderr
+    assert len(lines) == 1 and "Traceback" not in finished.stderr, finished.stderr
+    assert f"{config}:" in lines[0] and "(state_unchanged other_order_untouched): path 'orders.ord-9999' names nothing" in lines[0]
+    assert not (refund_desk / ".oloproof" / "tables" / "recorded_runs").exists()
