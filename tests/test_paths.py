@@ -59,6 +59,7 @@ def test_a_bare_star_is_a_wildcard_only_in_a_glob_path_and_a_quoted_one_is_a_key
     assert split_glob_path("notes.*.text")[1] is WILDCARD
     assert split_glob_path('notes["*"].text')[1] is not WILDCARD
     assert split_path("notes.*.text")[1] is not WILDCARD
+    assert join_path(["notes", "*", "text"]) == 'notes["*"].text'
 
 
 @pytest.mark.parametrize(

@@ -646,3 +646,25 @@ def test_a_case_bystander_naming_nothing_is_refused_at_load_and_a_malformed_one_
     problem = refusal(tmp_path / "bad", [{"type": "state_unchanged", "criterion": "c"}], bad)
     assert problem.startswith(f"{tmp_path / 'bad' / 'p' / 'data' / 'cases.jsonl'}:1: expected:")
     assert "expected.unchanged[0]: 'files..txt' is not a path" in problem
+
+
+def test_a_copy_is_selected_with_its_source_by_a_pair_driven_evaluator():
+    source = make_case("bank-1", metadata={"suite": "banking"})
+    copy = make_case("bank-1~paraphrase", source_id="bank-1", metadata={"suite": "banking"})
+    recordings = {case.case_id: make_recording(case, state=ORDERS, output={"answer": "x"}) for case in (source, copy)}
+    context = JudgingContext(cases={case.case_id: case for case in (source, copy)}, recordings=recordings)
+    relation = {"type": "metamorphic_relation", "relation": "same_output", "transform": "paraphrase"}
+    [picked] = build_evaluators([{**relation, "applies_to": {"ids": ["bank-*"], "metadata": {"suite": "banking"}}}], file="oloproof.yaml")
+    [other] = build_evaluators([{**relation, "applies_to": {"ids": ["slack-*"]}}], file="oloproof.yaml")
+
+    assert (picked.judge_case(copy, context).outcome, picked.judge_case(copy, context).reason) == ("PASS", "same_output")
+    assert other.judge_case(copy, context).reason == "not_selected"
+
+
+def test_ignore_with_a_quoted_star_drops_only_the_key_spelled_star():
+    state = {"notes": {"*": {"text": "a"}, "n1": {"text": "b"}}}
+    changed = {"notes": {"*": {"text": "A"}, "n1": {"text": "B"}}}
+    quoted = judge_state({"ignore": ['notes["*"].text']}, state, changed)
+    wildcard = judge_state({"ignore": ["notes.*.text"]}, state, changed)
+    assert (quoted.outcome, quoted.reason) == ("FAIL", "state_differs: notes.n1.text")
+    assert wildcard.outcome == "PASS"

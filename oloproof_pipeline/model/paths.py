@@ -115,7 +115,8 @@ def split_glob_path(path: str) -> list[str]:
 def quote_key(key: Any) -> str:
     """A key as a path writes it: bare when it can be, else `["..."]` with escapes."""
     text = str(key)
-    if BARE_KEY.fullmatch(text):
+    # A key spelled `*` is quoted too, so a path copied into a glob path names that key alone.
+    if BARE_KEY.fullmatch(text) and text != "*":
         return text
     escaped = text.replace("\\", "\\\\").replace('"', '\\"')
     return f'["{escaped}"]'
