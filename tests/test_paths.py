@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pandas as pd
 import pytest
 
-from helpers import oloproof_in_process
+from conftest import write_project
+from helpers import oloproof, oloproof_in_process, tiny_stateful_app
 
 from oloproof_pipeline.decide.slices import CaseFacts, case_bucket
 from oloproof_pipeline.evaluators import JudgingContext, build_evaluators
@@ -195,3 +197,22 @@ def test_oloproof_run_refuses_a_bystander_naming_nothing_in_one_line_and_records
     assert len(lines) == 1 and "Traceback" not in finished.stderr, finished.stderr
     assert f"{config}:" in lines[0] and "(state_unchanged other_order_untouched): path 'orders.ord-9999' names nothing" in lines[0]
     assert not (refund_desk / ".oloproof" / "tables" / "recorded_runs").exists()
+
+
+def test_cases_outside_an_evaluators_scope_are_not_in_its_rule_at_all(tmp_path):
+    """`applies_to` narrows a criterion's population: the other cases are EXCLUDED
+    (`not_selected`) in the verdicts and neither observed nor counted excluded by its rule."""
+    cases = [
+        {"id": f"{suite}-{index}", "input": {"n": index}, "initial_state": {"status": "open"},
+         "expected": {"state": {"status": "open"}}, "metadata": {"suite": suite}}
+        for suite in ("banking", "slack") for index in range(2)
+    ]
+    evaluators = [{"type": "state_matches", "mode": "subset", "criterion": "banking_state", "applies_to": {"metadata": {"suite": "banking"}}}]
+    root = write_project(tmp_path / "p", app=tiny_stateful_app(), cases=cases, evaluators=evaluators)
+    ran = oloproof("run", cwd=root)
+    assert ran.returncode not in (2, 5), ran.stdout + ran.stderr
+    verdicts = pd.read_parquet(root / ".oloproof" / "tables" / "verdicts" / "1.0.0.parquet").set_index("case_id")
+    assert set(verdicts.loc[["slack-0", "slack-1"], "reason"]) == {"not_selected"}
+    assert set(verdicts.loc[["banking-0", "banking-1"], "reason"]) != {"not_selected"}
+    gate = pd.read_parquet(root / ".oloproof" / "tables" / "gate" / "1.0.0.parquet")
+    assert (gate["observed"].iloc[0], gate["excluded"].iloc[0]) == (2, 0)

@@ -13,10 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..model.cases import CaseRecord
 from ..model.paths import DottedPath, read_path
 from ..model.records import RecordedRun
-from ..model.outcomes import EXCLUDED, FAIL, METAMORPHIC_COPY, MISSING, Outcome, Verdict
-
-
-NOT_SELECTED = "not_selected"
+from ..model.outcomes import EXCLUDED, FAIL, METAMORPHIC_COPY, MISSING, NOT_SELECTED, Outcome, Verdict
 
 
 class CaseSelector(BaseModel):
