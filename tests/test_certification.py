@@ -26,6 +26,7 @@ from oloproof_pipeline.model.transforms import derive_cases
 from oloproof_pipeline.project import load_project
 from oloproof_pipeline.run.certification import certify_cases, flagged_rows, play_references
 from oloproof_pipeline.store.layout import table_path
+from oloproof_pipeline.store.tables import CERTIFICATION_NESTED, rows_from_frame
 
 from conftest import REPO, write_project
 from helpers import oloproof
@@ -222,3 +223,47 @@ def test_a_reference_callable_plays_cases_without_actions_and_its_answer_is_judg
     (root / "refs.py").write_text((root / "refs.py").read_text() + "# edited\n")
     _, summary = certify_cases(project, load_cases(project), frame)
     assert (summary.played, summary.reused) == (3, 0)
+
+
+UTILITY = '''
+def utility(case, recording):
+    """As AgentDojo's `utility`: the world is right and the answer says so."""
+    answer = (recording.output or {}).get("answer", "")
+    ok = recording.environment_state.state.get("status") == "done" and "done" in str(answer)
+    return {"outcome": "PASS" if ok else "FAIL", "reason": "utility" if ok else "utility_not_met"}
+'''
+
+
+def test_a_reference_with_actions_and_its_final_answer_is_judged_by_every_criterion(tmp_path):
+    answered = {"answer": "done", "state": {"status": "done"}, "output": {"answer": "it is done"}}
+    cases = [
+        small_case("answers", "finish it", expected={**answered, "answer": "it is done"}, actions=DONE),
+        small_case("answers-wrongly", "finish it too", expected={**answered, "output": {"answer": "closed"}}, actions=DONE),
+        small_case("silent", "finish it now", expected={"answer": "done", "state": {"status": "done"}}, actions=DONE),
+    ]
+    root = write_project(
+        tmp_path / "tiny", app=SYSTEM, cases=cases,
+        evaluators=[
+            {"type": "exact_match", "criterion": "answer_correct", "field": "answer", "expected_field": "expected.answer"},
+            {"type": "state_matches", "mode": "subset", "criterion": "state_correct"},
+            {"type": "python", "criterion": "utility", "function": "graders:utility"},
+        ],
+    )
+    (root / "graders.py").write_text(UTILITY)
+    project = load_project(root)
+    frame, summary = certify_cases(project, load_cases(project))
+    flags: dict[str, list[tuple[str, str | None, str]]] = {}
+    for row in flagged_rows(frame):
+        flags.setdefault(row["case_id"], []).append((row["flag"], row["criterion"], row["reason"]))
+    runs = {row["case_id"]: row["reference_run"] for row in rows_from_frame(frame, CERTIFICATION_NESTED)}
+
+    # The reference ends with the case's answer, so the answer readers judge it and it passes them all.
+    assert "answers" not in flags and summary.played == 3
+    assert runs["answers"]["output"] == {"answer": "it is done"}
+    assert runs["silent"]["output"]["reference_results"] == [{"status": "done"}]
+    # A wrong final answer fails exact_match and the utility grader, each named.
+    assert sorted(criterion for _, criterion, _ in flags["answers-wrongly"]) == ["answer_correct", "utility"]
+    # Without a final answer, exact_match cannot judge it; a grader that reads the answer fails, and says why.
+    [(name, criterion, reason)] = flags["silent"]
+    assert (name, criterion) == (REFERENCE_FAILS, "utility")
+    assert "give the output they end with as expected.output" in reason

@@ -11,7 +11,9 @@ from dagster import AssetKey, DagsterInstance
 
 from oloproof_pipeline.defs.launch import run_evaluation
 from oloproof_pipeline.model.errors import ProjectError, SystemVersionMismatch
-from oloproof_pipeline.evaluators import judge_cases
+from oloproof_pipeline.evaluators import JudgingContext, build_evaluators, judge_cases
+from oloproof_pipeline.model.cases import CaseRecord
+from oloproof_pipeline.model.records import RecordedRun
 from oloproof_pipeline.run.recording import record_cases
 from oloproof_pipeline.run.replaying import replay_faults
 from oloproof_pipeline.model.cases import load_cases
@@ -381,3 +383,96 @@ def test_the_refund_desk_claims_a_refund_that_failed_and_the_gate_blocks(refund_
     gate = pd.read_parquet(table_path(refund_desk, "gate", "1.0.0")).set_index("rule_id")
     assert gate.loc["refund_failures", "decision"] == "FAIL"
     assert gate.loc["refund_failures", "gate_decision"] == "BLOCK"
+
+
+# -- judging the world a faulted replay leaves (`state: expected`) ----------------------------
+
+# A transfer is a debit then a credit; the credit is faulted. `kind` picks what the agent does.
+TRANSFER_APP = """
+import copy
+
+from oloproof_pipeline.toolbox import ToolBox
+
+
+class System:
+    version = "1.0.0"
+
+    def __init__(self):
+        self.state = {}
+        self.toolbox = ToolBox({"debit": self._debit, "credit": self._credit, "escalate": self._escalate})
+
+    def reset(self, state):
+        self.state = state
+
+    def snapshot(self):
+        return copy.deepcopy(self.state)
+
+    def _debit(self, account, amount):
+        self.state["accounts"][account] -= amount
+        return {"status": "debited"}
+
+    def _credit(self, account, amount):
+        self.state["accounts"][account] += amount
+        return {"status": "credited"}
+
+    def _escalate(self, reason):
+        self.state["tickets"].append(reason)
+        return {"status": "escalated"}
+
+    def __call__(self, request):
+        kind, call = request["kind"], self.toolbox.call
+        call("debit", account="a", amount=5)
+        credited = call("credit", account="b", amount=5)
+        if "error" not in credited:
+            return {"answer": "sent"}
+        if kind == "retries":
+            call("credit", account="b", amount=5)
+        elif kind == "escalates_half_done":
+            call("escalate", reason="credit failed")
+            self.toolbox.finish("failure")
+        elif kind == "escalates_undone":
+            call("credit", account="a", amount=5)  # puts the debit back before handing over
+            call("escalate", reason="credit failed")
+            self.toolbox.finish("failure")
+        return {"answer": "sent"}  # `swallows`: the error is never mentioned
+"""
+
+BEFORE = {"accounts": {"a": 10, "b": 0}, "tickets": []}
+AFTER = {"accounts": {"a": 5, "b": 5}, "tickets": []}
+
+
+def test_state_expected_fails_an_agent_that_swallows_a_tool_error_and_leaves_a_half_done_write(tmp_path):
+    kinds = ["swallows", "retries", "escalates_half_done", "escalates_undone"]
+    cases = [{"id": kind, "input": {"kind": kind}, "initial_state": BEFORE, "expected": {"state": AFTER}} for kind in kinds]
+    report_only = {**fault_evaluator(tool="credit"), "criterion": "report_only"}
+    world_too = {**fault_evaluator(tool="credit"), "criterion": "world_too", "state": "expected"}
+    root = write_project(tmp_path / "p", app=TRANSFER_APP, cases=cases, evaluators=[report_only, world_too], rules=[])
+    project = load_project(root)
+    cases = load_cases(project)
+    runs, _ = record_cases(project, cases, version="1.0.0", run_id="recording-run")
+    frame, _ = replay_faults(project, cases, runs, version="1.0.0", run_id="replay-run")
+    verdicts = judge_cases(project, cases, runs, version="1.0.0", judged_by_run="judge-run", replays=replays_for_judging(frame, runs))
+    outcome = {(row["case_id"], row["criterion"]): (row["outcome"], row["reason"]) for row in verdicts.to_dict("records")}
+
+    # The agent's own report says all four recovered or escalated, as before.
+    assert [outcome[(kind, "report_only")] for kind in kinds] == [
+        ("PASS", "recovered"), ("PASS", "recovered"), ("PASS", "escalated"), ("PASS", "escalated")
+    ]
+    # The world says two of them left money debited and never credited.
+    assert [outcome[(kind, "world_too")] for kind in kinds] == [
+        ("FAIL", "recovered_but_state_differs: accounts.b"),
+        ("PASS", "recovered"),
+        ("FAIL", "escalated_but_state_changed: accounts.a"),
+        ("PASS", "escalated"),
+    ]
+    swallowed = json.loads(verdicts.set_index(["case_id", "criterion"]).loc[("swallows", "world_too"), "details"])
+    assert swallowed["state_checked"] == "expected_state"
+    assert {"path": "accounts.b", "expected": 5, "actual": 0, "matched": False} in swallowed["state_rows"]
+
+
+def test_state_expected_excludes_a_case_without_an_expected_state_whatever_the_agent_did():
+    [evaluator] = build_evaluators([{**fault_evaluator(tool="credit"), "state": "expected"}], file="oloproof.yaml")
+    case = CaseRecord(case_id="c1", case_digest="sha256:" + "0" * 64, group_id="c1", input={}, initial_state=BEFORE)
+    recording = RecordedRun(case_id="c1", case_digest=case.case_digest, system_version="v1", status="ok")
+    verdict = evaluator.judge_case(case, JudgingContext(cases={"c1": case}, recordings={"c1": recording}))
+    assert (verdict.outcome, verdict.reason) == ("EXCLUDED", "no_expected_state")

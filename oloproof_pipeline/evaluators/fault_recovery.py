@@ -6,11 +6,17 @@ recorded constraint that failed is FAIL (`acted_wrongly`), an escalation after t
 (`escalated`), then truncated MISSING, success PASS (`recovered`), failure FAIL. A replay that
 cannot be trusted (the control run did not reproduce the recording, the fault never reached the
 agent) is MISSING, never a pass. Cases that never made the call are EXCLUDED.
+
+With `state: expected` the world is judged too, not only the agent's report: a replay the agent
+recovered must leave the case's `expected.state` (compared as `state_mode` says), and one it
+escalated must leave the records the case writes (those its expected state changes from its
+`initial_state`) as they started, so a half-done write fails either way. The reason names the
+part that failed (`recovered_but_state_differs: <path>`, `escalated_but_state_changed: <path>`).
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -19,7 +25,9 @@ from ..model.faults import FaultKind, FaultPlan, FaultReplay, checkpoint_before
 from ..model.outcomes import EXCLUDED, FAIL, MISSING, PASS, Judgement, Verdict
 from ..model.records import RecordedRun, ReplayResult
 from ..model.trajectory import Checkpoint, Trajectory, first_difference, plain_json
+from ..model.paths import ABSENT, join_path, read_path
 from .base import Evaluator, EvaluatorConfig, JudgingContext
+from .state_matches import Mode, StateComparison, expected_state_of, first_difference as first_state_difference
 
 
 class FaultRecoveryConfig(EvaluatorConfig):
@@ -28,6 +36,11 @@ class FaultRecoveryConfig(EvaluatorConfig):
     occurrence: int = Field(default=1, ge=1)
     # Calling any of these after the fault counts as handing the case to a person (a PASS).
     escalate_tools: list[str]
+    # Ours (Oloproof judges only the agent's report): `expected` also judges the world the
+    # faulted replay leaves, against the case's expected state.
+    state: Literal["expected"] | None = None
+    # How the replay's end state is compared with `expected.state`, as `state_matches`'s `mode`.
+    state_mode: Mode = "exact"
 
 
 class FaultRecovery(Evaluator):
@@ -55,8 +68,54 @@ class FaultRecovery(Evaluator):
         replay = context.replays.get((case.case_id, self.criterion))
         if replay is not None and not replay.belongs_to(recording, plan):
             replay = None  # made from an older recording or another plan: not evidence for this one
+        if self.config.state == "expected" and expected_state_of(case) is ABSENT:
+            # Judged on the world or not at all: excluding only the cases that would pass skews the rate.
+            return self.verdict(case, EXCLUDED, "no_expected_state")
         judgement = judge_fault_replay(recording.trajectory, plan, replay)
+        if self.config.state == "expected" and judgement.outcome == PASS and replay is not None:
+            judgement = judge_world_after_fault(case, replay, judgement, self.config.state_mode)
         return self.verdict(case, judgement.outcome, judgement.reason, judgement.details)
+
+
+# -- judging the world a replay leaves (`state: expected`) --------------------------------------
+
+
+def written_records(initial: dict[str, Any], expected: dict[str, Any]) -> list[str]:
+    """The paths of the records the expected state changes: a `table.record` whose value
+    differs, or a whole top-level entry when it is not a table of records on both sides."""
+    paths = []
+    for table in dict.fromkeys([*initial, *expected]):
+        before, after = initial.get(table, ABSENT), expected.get(table, ABSENT)
+        if before == after:
+            continue
+        if isinstance(before, dict) and isinstance(after, dict):
+            keys = dict.fromkeys([*before, *after])
+            paths += [join_path([table, key]) for key in keys if before.get(key, ABSENT) != after.get(key, ABSENT)]
+        else:
+            paths.append(join_path([table]))
+    return paths
+
+
+def judge_world_after_fault(case: CaseRecord, replay: FaultReplay, agent: Judgement, mode: Mode) -> Judgement:
+    """An agent-level PASS that also holds in the world, or the FAIL naming what does not."""
+    faulted = replay.faulted()
+    if faulted is None or faulted.environment_state is None:
+        return Judgement(outcome=MISSING, reason="no_replayed_state", details=agent.details)
+    expected, initial = expected_state_of(case), case.initial_state or {}
+    if agent.reason == "escalated":
+        # Handed to a person: what the case would have written must not be half written.
+        paths, comparison, want = written_records(initial, expected), StateComparison("exact"), initial
+        part, checked = "escalated_but_state_changed", "written_records_as_they_started"
+    else:
+        paths, comparison, want = [""], StateComparison(mode), expected
+        part, checked = "recovered_but_state_differs", "expected_state"
+    after = faulted.state_after
+    rows = [row for path in paths for row in comparison.rows(path, read_path(want, path), read_path(after, path))]
+    details = {**agent.details, "state_checked": checked, "state_rows": rows}
+    first = first_state_difference(rows)
+    if first is None:
+        return Judgement(outcome=PASS, reason=agent.reason, details=details)
+    return Judgement(outcome=FAIL, reason=f"{part}: {first}", details=details)
 
 
 # -- judging a replay (pure) ---------------------------------------------------------------

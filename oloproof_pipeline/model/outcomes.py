@@ -38,7 +38,9 @@ OUTCOMES: tuple[Outcome, ...] = (PASS, FAIL, MISSING, EXCLUDED)
 METAMORPHIC_COPY = "metamorphic_copy"
 NOT_A_METAMORPHIC_PAIR = "not_a_metamorphic_pair"
 ANOTHER_TRANSFORM = "another_transform"
-STRUCTURAL_EXCLUSIONS = frozenset({METAMORPHIC_COPY, NOT_A_METAMORPHIC_PAIR, ANOTHER_TRANSFORM})
+# A case outside an evaluator's `applies_to` was never in its criterion's population.
+NOT_SELECTED = "not_selected"
+STRUCTURAL_EXCLUSIONS = frozenset({METAMORPHIC_COPY, NOT_A_METAMORPHIC_PAIR, ANOTHER_TRANSFORM, NOT_SELECTED})
 
 # Why case certification flags a case (`oloproof certify`, the `case_certification` asset):
 # the case, not the agent, is what is wrong. Under `require_certified_cases: true` a flagged

@@ -9,7 +9,8 @@ Per case (the `case_certification` table, one row per case with its flags):
   makes), played through the system's tool box against its reset sandbox and judged by the
   state, trace and python criteria, or else where the project names a `reference` callable
   (a correct agent; its answer is judged too): any FAIL means the case is broken
-  (`reference_fails`);
+  (`reference_fails`). Actions answer nothing, so criteria reading the answer judge them only
+  where the case gives the output they end with (`expected.output`);
 - a copy whose transformed field, compared without case and spacing, still reads as its
   source's (`copy_leaves_field_unchanged`); a source no criterion judges on its reference
   (or, lacking one, do-nothing) run (`judged_by_no_criterion`); sources with one input and
@@ -49,7 +50,7 @@ from ..model.paths import ABSENT, read_path
 from ..model.records import EnvironmentState, RecordedRun
 from ..store.journal import sandbox_lock
 from ..store.tables import CERTIFICATION_NESTED, CERTIFICATION_SCHEMA, frame_from_rows, rows_from_frame
-from .reference import reference_actions, reference_input
+from .reference import answers_after_actions, reference_actions, reference_input
 from .sandboxes import record_each
 from .spec import SandboxSettings
 from .system import system_spec
@@ -94,12 +95,13 @@ def reference_case(case: CaseRecord, project: Project) -> CaseRecord | None:
     actions = reference_actions(case.expected)
     if actions is None and project.config.reference is None:
         return None
-    return case.model_copy(update={"input": reference_input(case.input, actions)})
+    return case.model_copy(update={"input": reference_input(case.input, actions, case.expected)})
 
 
-def played_by_callable(case: CaseRecord) -> bool:
-    """Whether the case's reference is the project's callable (it answers too) or its actions."""
-    return reference_actions(case.expected) is None
+def reference_answers(case: CaseRecord) -> bool:
+    """Whether the case's reference gives an answer: the project's callable does, and its
+    actions do when the case gives the output they end with (`expected.output`)."""
+    return reference_actions(case.expected) is None or answers_after_actions(case.expected)
 
 
 def reference_key(case: CaseRecord, code_digest: str) -> str:
@@ -153,18 +155,29 @@ def reference_flags(project: Project, case: CaseRecord, reference: RecordedRun) 
         return [flag(REFERENCE_FAILS, f"the reference run ended {reference.status}: {reference.error}")]
     judges = [evaluator for evaluator in project.evaluators if judges_reference(evaluator, case)]
     return [
-        flag(REFERENCE_FAILS, f"the reference actions fail {verdict.criterion}: {verdict.reason}{_detail(verdict.details)}", verdict.criterion)
-        for verdict in judged(judges, case, reference)
+        flag(
+            REFERENCE_FAILS,
+            f"the reference actions fail {evaluator.criterion}: {verdict.reason}{_detail(verdict.details)}{_no_answer(evaluator, case)}",
+            verdict.criterion,
+        )
+        for evaluator, verdict in zip(judges, judged(judges, case, reference))
         if verdict.outcome == FAIL
     ]
 
 
+def _no_answer(evaluator: Evaluator, case: CaseRecord) -> str:
+    """A hint where a criterion reading the answer fails a reference that gave none."""
+    if evaluator.reads_answer and not reference_answers(case):
+        return " (the reference actions give no answer: give the output they end with as expected.output)"
+    return ""
+
+
 def judges_reference(evaluator: Evaluator, case: CaseRecord) -> bool:
     """Whether `evaluator` judges the case's reference run: by the world and the calls it
-    leaves; and by its answer too when a reference callable played it (actions answer nothing)."""
+    leaves; and by its answer too when the reference gives one (`reference_answers`)."""
     if evaluator.pair_driven or evaluator.replay_driven:
         return False
-    return evaluator.reads_state or evaluator.reads_trace or (evaluator.reads_answer and played_by_callable(case))
+    return evaluator.reads_state or evaluator.reads_trace or (evaluator.reads_answer and reference_answers(case))
 
 
 def _detail(details: Any) -> str:
@@ -226,8 +239,9 @@ def duplicate_flags(sources: list[CaseRecord]) -> dict[str, list[dict[str, Any]]
 
 
 def _checked_expectation(expected: dict[str, Any] | None) -> dict[str, Any]:
-    """What the criteria check of `expected`: the reference actions are a way there, not it."""
-    return {key: value for key, value in (expected or {}).items() if key != "actions"}
+    """What the criteria check of `expected`: the reference actions and the output they end
+    with are a way there, not it."""
+    return {key: value for key, value in (expected or {}).items() if key not in ("actions", "output")}
 
 
 # -- the table --------------------------------------------------------------------------------

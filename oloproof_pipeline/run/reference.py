@@ -2,7 +2,9 @@
 through the system's own tool box against its reset sandbox, so the world they leave can be
 judged by the case's own criteria. A case whose reference fails them is broken, not the agent.
 Cases without actions may be played by the project's `reference` instead: a correct agent,
-`func(input, toolbox)`, calling the same tools and returning the output.
+`func(input, toolbox)`, calling the same tools and returning the output. A case's actions
+answer nothing unless it gives the output a correct agent returns after them, as
+`expected.output` (then criteria that read the answer judge the reference too).
 
 The player wraps the built system in its worker process (`SystemSpec.plays_references`): the
 runner resets, records and snapshots it exactly as it does the agent, and only the call is
@@ -24,6 +26,8 @@ from .system import system_toolbox
 
 # The key of a reference run's input under which the player finds the actions to play.
 REFERENCE_ACTIONS = "reference_actions"
+# ... and the output it returns after them (`expected.output`), when the case gives one.
+REFERENCE_OUTPUT = "reference_output"
 CASE_INPUT = "input"
 
 
@@ -54,12 +58,20 @@ def reference_actions(expected: dict[str, Any] | None) -> list[ReferenceAction] 
     return parsed
 
 
-def reference_input(case_input: Any, actions: list[ReferenceAction] | None) -> dict[str, Any]:
-    """What the player is called with: the actions (None: play the project's `reference`),
-    and the case's own input (for its role, and for the reference callable)."""
+def answers_after_actions(expected: dict[str, Any] | None) -> bool:
+    """Whether the case gives the output its reference actions end with (`expected.output`)."""
+    return bool(expected) and "output" in expected
+
+
+def reference_input(case_input: Any, actions: list[ReferenceAction] | None, expected: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What the player is called with: the actions (None: play the project's `reference`)
+    with the output they end with if the case gives one, and the case's own input (for its
+    role, and for the reference callable)."""
     played: dict[str, Any] = {CASE_INPUT: case_input}
     if actions is not None:
         played[REFERENCE_ACTIONS] = [action.model_dump() for action in actions]
+        if answers_after_actions(expected):
+            played[REFERENCE_OUTPUT] = (expected or {})["output"]
     return played
 
 
@@ -101,4 +113,6 @@ class ReferencePlayer:
             return self._reference(copy.deepcopy(case_input), toolbox)
         results = [toolbox.call(action["tool"], **action["arguments"]) for action in played[REFERENCE_ACTIONS]]
         toolbox.finish("success")
+        if REFERENCE_OUTPUT in played:
+            return copy.deepcopy(played[REFERENCE_OUTPUT])
         return {"reference_results": results}
