@@ -26,6 +26,7 @@ from ..model.config import Project
 from ..model.digests import canonical_json
 from ..model.fingerprints import frame_digest
 from ..model.records import RecordedRun
+from ..model.paths import split_path
 from ..model.slicing import SliceSpec, parse_slice_spec
 from ..store.reuse import Reuse, stored_if_digest
 from ..store.stored import StoredTable
@@ -49,7 +50,7 @@ def numeric_bucket(value: int, bounds: Iterable[int]) -> str:
 
 def metadata_value(metadata: dict[str, Any] | None, key: str) -> str:
     value: Any = metadata or {}
-    for part in key.split("."):
+    for part in split_path(key):
         if not isinstance(value, dict) or part not in value:
             return NO_VALUE
         value = value[part]

@@ -23,7 +23,7 @@ from ..model.cases import CaseRecord
 from ..model.records import RecordedRun
 from ..model.outcomes import EXCLUDED, FAIL, MISSING, PASS, Verdict
 from .base import Evaluator, EvaluatorConfig, JudgingContext
-from ..model.paths import ABSENT, DottedPath, absent_as_none, join_path, read_keys, read_path, split_path
+from ..model.paths import ABSENT, DottedPath, absent_as_none, join_path, read_keys, read_path, split_glob_path, split_path
 from .state_views import GlobPath, glob_matches, state_view
 
 Mode = Literal["exact", "subset"]
@@ -228,7 +228,7 @@ class StateMatches(Evaluator):
         if all(read_path(expected_state, path) == {} for path in paths):
             # An expected `{}` states nothing: it would pass whatever the system did, even deleting everything.
             return self.verdict(case, EXCLUDED, "nothing_to_compare", {"paths": paths})
-        row_tables = tuple(tuple(split_path(table)) for table in self.config.match_rows_by)
+        row_tables = tuple(tuple(split_glob_path(table)) for table in self.config.match_rows_by)
         comparison = StateComparison(self.config.mode, self.config.tolerance, row_tables)
         rows = [
             row

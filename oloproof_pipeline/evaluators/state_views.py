@@ -1,6 +1,6 @@
 """Views of a state for comparing only what matters: glob paths, ignored paths, row tables.
 
-A glob path is a dotted path whose segments may be `*` (any one key or list index), e.g.
+A glob path is a path (`model/paths.py`) whose keys may be a bare `*` (any one key or list index), e.g.
 `notes.*.text`. `match_rows_by` turns a table held as a list of row objects into an object keyed
 by one field of each row, so rows compare by key instead of by position (`waivers` by
 `condition_id`); `ignore` drops every matching path from both sides before they are compared,
@@ -9,23 +9,11 @@ so the details a person reads never show a value that was not judged.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
-from pydantic import AfterValidator
+from ..model.paths import ABSENT, WILDCARD, GlobPath, split_glob_path
 
-from ..model.paths import ABSENT, split_path
-
-WILDCARD = "*"
-
-
-def check_glob_path(path: str) -> str:
-    """For config validation: dot-separated non-empty segments, each a key, an index or `*`."""
-    if not path or not all(split_path(path)):
-        raise ValueError(f"{path!r} is not a dotted path: segments must be non-empty, e.g. 'notes.*.text'")
-    return path
-
-
-GlobPath = Annotated[str, AfterValidator(check_glob_path)]
+__all__ = ["GlobPath", "glob_matches", "state_view", "without_ignored", "with_rows_keyed"]
 
 
 def glob_matches(pattern: Sequence[str], keys: Sequence[Any]) -> bool:
@@ -89,7 +77,7 @@ def with_rows_keyed(value: Any, tables: dict[str, str], prefix: tuple[str, ...] 
     if not tables:
         return value
     for pattern, key_field in tables.items():
-        if glob_matches(split_path(pattern), prefix) and isinstance(value, list):
+        if glob_matches(split_glob_path(pattern), prefix) and isinstance(value, list):
             return rows_by_key(value, key_field)
     if isinstance(value, dict):
         return {key: with_rows_keyed(child, tables, (*prefix, str(key))) for key, child in value.items()}
@@ -104,5 +92,5 @@ def state_view(state: Any, *, ignore: Sequence[str] = (), rows: dict[str, str] |
     if state is ABSENT:
         return state
     keyed = with_rows_keyed(state, rows or {})
-    viewed = without_ignored(keyed, [split_path(pattern) for pattern in ignore])
+    viewed = without_ignored(keyed, [split_glob_path(pattern) for pattern in ignore])
     return {} if viewed is ABSENT else viewed

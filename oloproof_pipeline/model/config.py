@@ -16,6 +16,7 @@ import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import ProjectError, describe_validation_error
+from .paths import check_dotted_path
 from .slicing import parse_slice_spec
 
 PROJECT_FILE = "oloproof.yaml"
@@ -150,10 +151,8 @@ class TransformConfig(StrictModel):
 
     @field_validator("field")
     @classmethod
-    def _field_is_dotted_path(cls, path: str) -> str:
-        if path and not all(path.split(".")):
-            raise ValueError(f"{path!r} is not a dotted path under 'input', e.g. 'message' or 'ticket.body'")
-        return path
+    def _field_is_a_path(cls, path: str) -> str:
+        return check_dotted_path(path)
 
     @model_validator(mode="after")
     def _template_or_replace(self) -> "TransformConfig":

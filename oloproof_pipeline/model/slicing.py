@@ -8,9 +8,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from .paths import join_path, split_path
+
 NUMERIC_KINDS = ("tool_calls", "trajectory_length")
 _NUMERIC_SPEC = re.compile(r"^(tool_calls|trajectory_length):(\d+(?:,\d+)*)$")
-_METADATA_SPEC = re.compile(r"^metadata\.([^.\s]+(?:\.[^.\s]+)*)$")
 
 
 class SliceSpec(BaseModel):
@@ -34,9 +35,14 @@ def parse_slice_spec(text: str) -> SliceSpec:
         if any(later <= earlier for earlier, later in zip(bounds, bounds[1:])):
             raise ValueError(f"slice {text!r}: bounds must increase, e.g. 'tool_calls:1,2'")
         return SliceSpec(text=text, kind=numeric.group(1), bounds=bounds)
-    metadata = _METADATA_SPEC.match(text)
-    if metadata:
-        return SliceSpec(text=text, kind="metadata", key=metadata.group(1))
+    if text.startswith(("metadata.", "metadata[")):
+        # The key is a path into the metadata (`metadata["team.name"]` for a key with a dot).
+        try:
+            keys = split_path(text)
+        except ValueError as error:
+            raise ValueError(f"slice {text!r}: {error}") from None
+        if len(keys) > 1:
+            return SliceSpec(text=text, kind="metadata", key=join_path(keys[1:]))
     raise ValueError(
         f"slice {text!r} is not one of 'tool_calls:<bounds>', 'trajectory_length:<bounds>' or "
         "'metadata.<key>' (bounds are increasing integers, e.g. 'tool_calls:1,2')"
