@@ -82,8 +82,9 @@ def test_a_malformed_path_is_refused_saying_where(path, complaint):
 @pytest.mark.parametrize(
     "config",
     [
-        {"type": "state_matches", "paths": ['files["a.txt"']},
-        {"type": "state_unchanged", "paths": ["files..x"]},
+        {"type": "state_matches", "paths": ['files["a.txt"'], "absent_ok": True},
+        {"type": "state_unchanged", "paths": ["files..x"], "absent_ok": True},
+        {"type": "state_matches", "applies_to": {"metadata": {"a b": 1}}},
         {"type": "state_matches", "match_rows_by": {"rows[x]": "id"}},
         {"type": "trace", "rule": "never_succeeds_while", "tool": "pay", "field": "a b"},
     ],

@@ -7,6 +7,10 @@ from typing import Any
 
 import pytest
 
+from conftest import write_project
+from helpers import tiny_stateful_app
+from oloproof_pipeline.model.cases import load_cases
+from oloproof_pipeline.project import load_project
 from oloproof_pipeline.model.digests import case_digest
 from oloproof_pipeline.model.errors import ProjectError
 from oloproof_pipeline.evaluators import JudgingContext, build_evaluators
@@ -354,9 +358,9 @@ def test_a_repeated_row_key_shows_as_a_row_of_its_own():
 # -- state_unchanged -----------------------------------------------------------------------
 
 
-def judge_unchanged(paths: list[str], initial_state: Any, state_after: Any) -> Verdict:
+def judge_unchanged(paths: list[str], initial_state: Any, state_after: Any, **options: Any) -> Verdict:
     case = make_case(initial_state=initial_state)
-    config = {"type": "state_unchanged", "criterion": "other_orders_untouched", "paths": paths}
+    config = {"type": "state_unchanged", "criterion": "other_orders_untouched", "paths": paths, **options}
     return judge(config, case, make_recording(case, state=state_after))
 
 
@@ -402,11 +406,14 @@ def test_unchanged_fails_when_a_path_present_at_the_start_is_gone():
     assert all(row["absent"] and row["actual"] is None for row in verdict.details)
 
 
-def test_unchanged_treats_a_path_absent_before_and_after_as_unchanged_and_one_that_appears_as_changed():
+def test_unchanged_never_passes_a_path_absent_before_and_after_unless_absent_ok():
     stayed_absent = judge_unchanged(["refunds"], INITIAL, INITIAL)
-    appeared = judge_unchanged(["refunds"], INITIAL, {**INITIAL, "refunds": {"rf-1": {}}})
+    asked_for_absence = judge_unchanged(["refunds"], INITIAL, INITIAL, absent_ok=True)
+    appeared = judge_unchanged(["refunds"], INITIAL, {**INITIAL, "refunds": {"rf-1": {}}}, absent_ok=True)
 
-    assert stayed_absent.outcome == "PASS"
+    assert (stayed_absent.outcome, stayed_absent.reason) == ("MISSING", "path_absent: refunds")
+    assert stayed_absent.details == {"paths": ["refunds"]}
+    assert (asked_for_absence.outcome, asked_for_absence.reason) == ("PASS", "state_unchanged")
     assert (appeared.outcome, appeared.reason) == ("FAIL", "state_changed: refunds")
     assert appeared.details == [
         {"path": "refunds", "expected": None, "actual": {"rf-1": {}}, "matched": False, "expected_absent": True}
@@ -525,3 +532,117 @@ def test_invalid_settings_are_errors_naming_the_field(config, field):
 
     [problem] = raised.value.problems
     assert problem.startswith(f"oloproof.yaml: {field}: ")
+
+
+# -- nothing absent passes: a path naming nothing is refused at load ------------------------
+
+WORLD = {"files": {"landlord-notices.txt": {"content": "rent due"}}, "orders": {"ord-999": {"status": "open"}}}
+
+
+def loaded(tmp_path, evaluators: list[dict[str, Any]], cases: list[dict[str, Any]] | None = None) -> list[CaseRecord]:
+    cases = cases or [{"id": "c1", "input": "x", "initial_state": WORLD, "expected": {"state": WORLD}}]
+    root = write_project(tmp_path / "p", app=tiny_stateful_app(), cases=cases, evaluators=evaluators, rules=[])
+    return load_cases(load_project(root))
+
+
+def refusal(tmp_path, evaluators: list[dict[str, Any]], cases: list[dict[str, Any]] | None = None) -> str:
+    with pytest.raises(ProjectError) as raised:
+        loaded(tmp_path, evaluators, cases)
+    [problem] = raised.value.problems
+    return problem
+
+
+@pytest.mark.parametrize("kind", ["state_unchanged", "state_matches"])
+def test_a_path_naming_nothing_in_the_starting_and_expected_state_is_refused_at_load(tmp_path, kind):
+    # The dotted spelling of a key holding a dot names nothing: it used to read absent and pass.
+    problem = refusal(tmp_path, [{"type": kind, "criterion": "c", "paths": ["files.landlord-notices.txt"]}])
+
+    assert "\n" not in problem
+    assert problem.startswith(f"{tmp_path / 'p' / 'oloproof.yaml'}:")
+    assert f"evaluators[0] ({kind} c): path 'files.landlord-notices.txt' names nothing" in problem
+    assert "1 case: c1 (data/cases.jsonl:1)" in problem
+
+
+@pytest.mark.parametrize("kind", ["state_unchanged", "state_matches"])
+def test_a_quoted_path_or_absent_ok_loads(tmp_path, kind):
+    quoted = [{"type": kind, "criterion": "c", "paths": ['files["landlord-notices.txt"]']}]
+    asked = [{"type": kind, "criterion": "c", "paths": ["refunds"], "absent_ok": True}]
+    assert [case.case_id for case in loaded(tmp_path / "quoted", quoted)] == ["c1"]
+    assert [case.case_id for case in loaded(tmp_path / "asked", asked)] == ["c1"]
+
+
+def test_a_path_only_the_expected_state_holds_loads_and_a_case_it_does_not_apply_to_is_not_checked(tmp_path):
+    cases = [
+        {"id": "makes-refund", "input": "x", "initial_state": WORLD, "expected": {"state": {**WORLD, "refunds": {"r1": 5}}}},
+        {"id": "other", "input": "x", "initial_state": WORLD, "expected": {"state": WORLD}, "metadata": {"suite": "b"}},
+    ]
+    evaluators = [{"type": "state_matches", "criterion": "c", "paths": ["refunds"], "applies_to": {"ids": ["makes-*"]}}]
+    assert len(loaded(tmp_path, evaluators, cases)) == 2
+    unscoped = refusal(tmp_path / "unscoped", [{"type": "state_matches", "criterion": "c", "paths": ["refunds"]}], cases)
+    assert "1 case: other (data/cases.jsonl:2)" in unscoped
+
+
+def test_state_matches_with_absent_ok_expects_an_unstated_path_to_stay_absent():
+    config = {"type": "state_matches", "paths": ["refunds"], "absent_ok": True}
+    assert judge_state(config, WORLD, WORLD).outcome == "PASS"
+    appeared = judge_state(config, WORLD, {**WORLD, "refunds": {"r1": 5}})
+    assert (appeared.outcome, appeared.reason) == ("FAIL", "state_differs: refunds")
+    assert judge_state({"type": "state_matches", "paths": ["refunds"]}, WORLD, WORLD).reason == "path_not_expected"
+
+
+# -- evaluators over some cases, and each case's own bystanders --------------------------------
+
+
+@pytest.mark.parametrize(
+    ("applies_to", "selected"),
+    [
+        ({"ids": ["bank-*"]}, True),
+        ({"ids": ["slack-*", "bank-1?"]}, False),
+        ({"metadata": {"suite": "banking"}}, True),
+        ({"metadata": {"suite": ["slack", "travel"]}}, False),
+        ({"metadata": {'limits["daily.max"]': 10}}, True),
+        ({"tags": ["password", "injection"]}, True),
+        ({"tags": ["travel"]}, False),
+        ({"ids": ["bank-*"], "tags": ["travel"]}, False),
+    ],
+)
+def test_an_evaluator_applies_to_the_cases_its_selector_picks_and_excludes_the_rest(applies_to, selected):
+    metadata = {"suite": "banking", "tags": ["password"], "limits": {"daily.max": 10}}
+    case = make_case("bank-3", expected={"state": ORDERS}, metadata=metadata)
+    verdict = judge({"type": "state_matches", "applies_to": applies_to}, case, make_recording(case, state=ORDERS))
+    assert (verdict.outcome, verdict.reason) == (("PASS", "state_matches") if selected else ("EXCLUDED", "not_selected"))
+
+
+def test_a_selector_is_refused_with_an_unknown_key_or_a_malformed_path():
+    with pytest.raises(ProjectError) as raised:
+        build_evaluators([{"type": "state_matches", "applies_to": {"suites": ["b"]}}], file="oloproof.yaml")
+    assert raised.value.problems == ["oloproof.yaml: evaluators[0].applies_to.suites: unknown key"]
+    with pytest.raises(ProjectError):
+        build_evaluators([{"type": "state_matches", "applies_to": {"metadata": {"a..b": 1}}}], file="oloproof.yaml")
+
+
+def test_a_case_adds_its_own_bystanders_to_the_evaluators_paths():
+    initial = {**INITIAL, "users": {"u1": {"password": "old"}}}
+    changed_password = {**initial, "users": {"u1": {"password": "new"}}}
+    config = {"type": "state_unchanged", "criterion": "bystanders", "paths": ["orders.ord-2"]}
+    guarded = make_case("c1", initial_state=initial, expected={"unchanged": ['users["u1"].password']})
+    free = make_case("c2", initial_state=initial)
+
+    failed = judge(config, guarded, make_recording(guarded, state=changed_password))
+    passed = judge(config, free, make_recording(free, state=changed_password))
+    only_own = judge({"type": "state_unchanged"}, free, make_recording(free, state=changed_password))
+
+    assert (failed.outcome, failed.reason) == ("FAIL", "state_changed: users.u1.password")
+    assert [row["path"] for row in failed.details] == ["orders.ord-2.status", "orders.ord-2.amount", "users.u1.password"]
+    assert (passed.outcome, passed.reason) == ("PASS", "state_unchanged")
+    assert (only_own.outcome, only_own.reason) == ("EXCLUDED", "no_unchanged_paths")
+
+
+def test_a_case_bystander_naming_nothing_is_refused_at_load_and_a_malformed_one_names_its_line(tmp_path):
+    cases = [{"id": "c1", "input": "x", "initial_state": WORLD, "expected": {"unchanged": ["files.landlord-notices.txt"]}}]
+    problem = refusal(tmp_path, [{"type": "state_unchanged", "criterion": "c"}], cases)
+    assert "path 'files.landlord-notices.txt' names nothing" in problem
+    bad = [{"id": "c1", "input": "x", "initial_state": WORLD, "expected": {"unchanged": ["files..txt"]}}]
+    problem = refusal(tmp_path / "bad", [{"type": "state_unchanged", "criterion": "c"}], bad)
+    assert problem.startswith(f"{tmp_path / 'bad' / 'p' / 'data' / 'cases.jsonl'}:1: expected:")
+    assert "expected.unchanged[0]: 'files..txt' is not a path" in problem

@@ -56,6 +56,8 @@ def build_evaluators(
                 describe_validation_error(error, file, loc_prefix=("evaluators", index), yaml_root=yaml_root)
             )
             continue
+        line = yaml_line(yaml_root, ("evaluators", index))
+        evaluator.origin = f"{file}:{line}: evaluators[{index}]" if line is not None else f"{file}: evaluators[{index}]"
         locate = getattr(evaluator, "locate", None)
         if locate is not None:  # evaluators that load project files (a python grader's module)
             line = yaml_line(yaml_root, ("evaluators", index, "function"))

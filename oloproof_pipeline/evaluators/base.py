@@ -4,14 +4,46 @@ before any evaluator looks at a case (copies excluded, failed recordings MISSING
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..model.cases import CaseRecord
+from ..model.paths import DottedPath, read_path
 from ..model.records import RecordedRun
 from ..model.outcomes import EXCLUDED, FAIL, METAMORPHIC_COPY, MISSING, Outcome, Verdict
+
+
+NOT_SELECTED = "not_selected"
+
+
+class CaseSelector(BaseModel):
+    """`applies_to`: the cases an evaluator judges; every condition given must hold. Oloproof
+    scopes no evaluator to some cases, so the key is ours. A copy is selected with its source."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # Case id patterns (`*`, `?`, `[...]` as in shell globs), e.g. `banking-*`.
+    ids: list[str] | None = Field(default=None, min_length=1)
+    # Metadata paths and the value each must hold (or one of a list of values).
+    metadata: dict[DottedPath, Any] | None = Field(default=None, min_length=1)
+    # Any one of these in the case's `metadata.tags`.
+    tags: list[str] | None = Field(default=None, min_length=1)
+
+    def selects(self, case: CaseRecord) -> bool:
+        case_id = case.source_id or case.case_id
+        metadata = case.metadata or {}
+        if self.ids is not None and not any(fnmatchcase(case_id, pattern) for pattern in self.ids):
+            return False
+        for path, wanted in (self.metadata or {}).items():
+            if read_path(metadata, path) not in (wanted if isinstance(wanted, list) else [wanted]):
+                return False
+        tags = metadata.get("tags")
+        if self.tags is not None and not (isinstance(tags, list) and any(tag in tags for tag in self.tags)):
+            return False
+        return True
 
 
 class EvaluatorConfig(BaseModel):
@@ -23,6 +55,8 @@ class EvaluatorConfig(BaseModel):
     # Oloproof's key: a case whose system run failed (raised, timed out, returned no JSON) is
     # MISSING by default, or counts as a FAIL with `fail`.
     on_execution_error: Literal["missing", "fail"] = "missing"
+    # Ours: the cases this evaluator judges; the others are EXCLUDED (`not_selected`) for it.
+    applies_to: CaseSelector | None = None
 
 
 @dataclass
@@ -62,6 +96,18 @@ class Evaluator:
 
     def __init__(self, config: EvaluatorConfig):
         self.config = config
+        # Where the evaluator is declared (`oloproof.yaml:12: evaluators[2]`), for load errors;
+        # set by `build_evaluators`.
+        self.origin = "evaluators"
+
+    def applies_to(self, case: CaseRecord) -> bool:
+        selector = self.config.applies_to
+        return selector is None or selector.selects(case)
+
+    def case_problems(self, cases: list[CaseRecord]) -> list[str]:
+        """Load errors (one line each) the evaluator finds in the dataset: a path naming
+        nothing in the cases it applies to. Checked when the cases are loaded."""
+        return []
 
     def project_code_files(self, project_root: Path) -> list[Path]:
         """The project's own files this evaluator runs (a python grader's module): its verdicts'
@@ -79,6 +125,11 @@ class Evaluator:
         return Verdict(case_id=case.case_id, criterion=self.criterion, outcome=outcome, reason=reason, details=details)
 
     def judge_case(self, case: CaseRecord, context: JudgingContext) -> Verdict:
+        if not self.applies_to(case):
+            return self.verdict(case, EXCLUDED, NOT_SELECTED)
+        return self.judge_selected(case, context)
+
+    def judge_selected(self, case: CaseRecord, context: JudgingContext) -> Verdict:
         if case.is_derived and not self.pair_driven:
             return self.verdict(case, EXCLUDED, METAMORPHIC_COPY)
         recording = context.recording_of(case.case_id)

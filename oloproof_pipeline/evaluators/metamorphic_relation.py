@@ -48,7 +48,7 @@ class MetamorphicRelation(Evaluator):
     def default_criterion(self) -> str:
         return f"{self.config.relation}_under_{self.config.transform or 'transform'}"
 
-    def judge_case(self, case: CaseRecord, context: JudgingContext) -> Verdict:
+    def judge_selected(self, case: CaseRecord, context: JudgingContext) -> Verdict:
         if not case.is_derived:
             return self.verdict(case, EXCLUDED, NOT_A_METAMORPHIC_PAIR)
         if self.config.transform is not None and case.transform != self.config.transform:

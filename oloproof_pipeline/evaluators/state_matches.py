@@ -15,7 +15,7 @@ a row, the mode decides as everywhere else.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, Sequence
+from typing import Any, Callable, ClassVar, Literal, Sequence
 
 from pydantic import Field
 
@@ -189,6 +189,30 @@ def expected_state_of(case: CaseRecord, field: str = "state") -> Any:
     return ABSENT if state is None else state
 
 
+def paths_naming_nothing(
+    evaluator: Evaluator, worlds: list[tuple[CaseRecord, list[Any]]], paths_of: Callable[[CaseRecord], list[str]]
+) -> list[str]:
+    """One load error per path that names nothing in every state given for a case (its
+    starting and expected states): such a path would compare absent with absent."""
+    cases_by_path: dict[str, list[CaseRecord]] = {}
+    for case, states in worlds:
+        for path in paths_of(case):
+            if all(not isinstance(state, dict) or read_path(state, path) is ABSENT for state in states):
+                cases_by_path.setdefault(path, []).append(case)
+    return [
+        f"{evaluator.origin} ({evaluator.type} {evaluator.criterion}): path {path!r} names nothing in the starting "
+        f"or expected state of {_some_cases(cases)}; quote a key holding a dot (files[\"a.txt\"]), limit the "
+        "evaluator with applies_to, or set absent_ok: true if the absence is the point"
+        for path, cases in cases_by_path.items()
+    ]
+
+
+def _some_cases(cases: list[CaseRecord]) -> str:
+    named = ", ".join(f"{case.case_id} ({case.file}:{case.line})" if case.file else case.case_id for case in cases[:3])
+    more = f" and {len(cases) - 3} more" if len(cases) > 3 else ""
+    return f"{len(cases)} case{'s' if len(cases) > 1 else ''}: {named}{more}"
+
+
 class StateMatchesConfig(EvaluatorConfig):
     # Oloproof's default: the whole state (or each path) as expected, nothing more.
     mode: Mode = "exact"
@@ -201,6 +225,9 @@ class StateMatchesConfig(EvaluatorConfig):
     ignore: list[GlobPath] = Field(default_factory=list)
     # Row tables compared by a key field, e.g. {waivers: condition_id}, independent of order.
     match_rows_by: dict[GlobPath, str] = Field(default_factory=dict)
+    # Ours (Oloproof has no equivalent): a path the expected state does not hold must be
+    # absent after the case too, rather than excluding the case; and it may name nothing.
+    absent_ok: bool = False
 
 
 class StateMatches(Evaluator):
@@ -213,6 +240,16 @@ class StateMatches(Evaluator):
     def view(self, state: Any) -> Any:
         return state_view(state, ignore=self.config.ignore, rows=self.config.match_rows_by)
 
+    def case_problems(self, cases: list[CaseRecord]) -> list[str]:
+        if self.config.absent_ok or not self.config.paths:
+            return []
+        worlds = [
+            (case, [self.view(case.initial_state or {}), self.view(expected)])
+            for case in cases
+            if self.applies_to(case) and (expected := expected_state_of(case, self.config.expected_field)) is not ABSENT
+        ]
+        return paths_naming_nothing(self, worlds, lambda case: list(self.config.paths or []))
+
     def judge(self, case: CaseRecord, recording: RecordedRun, context: JudgingContext) -> Verdict:
         expected_state = self.view(expected_state_of(case, self.config.expected_field))
         if expected_state is ABSENT:
@@ -222,7 +259,7 @@ class StateMatches(Evaluator):
         state_after = self.view(recording.state_after)
         paths = self.config.paths or [""]
         unstated = [path for path in paths if read_path(expected_state, path) is ABSENT]
-        if unstated:
+        if unstated and not self.config.absent_ok:
             # The case says nothing about these paths: judging only the rest would pass it on less.
             return self.verdict(case, EXCLUDED, "path_not_expected", {"paths": unstated})
         if all(read_path(expected_state, path) == {} for path in paths):

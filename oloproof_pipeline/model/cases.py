@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, mo
 from .config import PROJECT_FILE, Project, StrictModel, read_text_file
 from .digests import case_digest
 from .errors import ProjectError, describe_validation_error
+from .paths import split_path
 
 CASE_ID_PATTERN = re.compile(r"^[^~\s]+$")
 
@@ -54,6 +55,21 @@ class CaseRow(StrictModel):
     def _expected_state_is_object(cls, expected: dict[str, Any] | None) -> dict[str, Any] | None:
         if expected is not None and "state" in expected and not isinstance(expected["state"], dict):
             raise ValueError("expected.state must be an object")
+        return expected
+
+    @field_validator("expected")
+    @classmethod
+    def _unchanged_are_paths(cls, expected: dict[str, Any] | None) -> dict[str, Any] | None:
+        unchanged = (expected or {}).get("unchanged")
+        if unchanged is None:
+            return expected
+        if not isinstance(unchanged, list) or not all(isinstance(path, str) and path for path in unchanged):
+            raise ValueError("expected.unchanged must be a list of paths, e.g. [\"orders.ord-999\"]")
+        for index, path in enumerate(unchanged):
+            try:
+                split_path(path)
+            except ValueError as error:
+                raise ValueError(f"expected.unchanged[{index}]: {error}") from None
         return expected
 
     @field_validator("events")
@@ -98,6 +114,11 @@ class CaseRecord(BaseModel):
     @property
     def is_derived(self) -> bool:
         return self.source_id is not None
+
+
+def unchanged_paths_of(case: CaseRecord) -> list[str]:
+    """The case's own bystanders (`expected.unchanged`): paths it must leave as they started."""
+    return list((case.expected or {}).get("unchanged") or [])
 
 
 def dataset_files(project: Project) -> list[Path]:
@@ -247,6 +268,14 @@ def load_cases(project: Project) -> list[CaseRecord]:
                 line=line_number,
             )
         )
+    _check_evaluators_over(project, cases)
     return cases
+
+
+def _check_evaluators_over(project: Project, cases: list[CaseRecord]) -> None:
+    """What each evaluator finds wrong with these cases (a path naming nothing in them)."""
+    problems = [problem for evaluator in project.evaluators for problem in evaluator.case_problems(cases)]
+    if problems:
+        raise ProjectError(problems)
 
 
