@@ -19,8 +19,8 @@ def import_agentdojo_suite(
     suite: str = typer.Argument(..., help="The AgentDojo suite: banking, slack, travel or workspace."),
     directory: Path = typer.Argument(..., help="The project folder to create (new or empty)."),
     benchmark: str = typer.Option("v1", "--benchmark", help="AgentDojo's benchmark version, e.g. v1 or v1.2."),
-    injection_task: str = typer.Option(
-        "injection_task_0", "--injection-task", help="The injection task whose goal the injection vectors carry."
+    injection_task: Optional[str] = typer.Option(
+        None, "--injection-task", help="The injection task whose goal the injection vectors carry (default: the suite's first)."
     ),
     injections: bool = typer.Option(True, "--injections/--no-injections", help="Make a world transform per injection vector."),
     model: Optional[str] = typer.Option(None, "--model", help="The model under test (system.model.name)."),
@@ -42,6 +42,6 @@ def import_agentdojo_suite(
     if imported.transforms:
         console.print(f"  world transforms (injection vectors): {', '.join(imported.transforms)}", highlight=False, soft_wrap=True)
     if imported.unplaced_vectors:
-        console.print(f"  injection vectors found in no text of the environment: {', '.join(imported.unplaced_vectors)}",
+        console.print(f"  injection vectors no single text of the environment holds (not placed): {', '.join(imported.unplaced_vectors)}",
                       highlight=False, soft_wrap=True)
     console.print(f"  check the references: oloproof certify --project {imported.root}", highlight=False)
