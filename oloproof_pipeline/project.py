@@ -12,26 +12,41 @@ from .evaluators import build_evaluators
 from .evaluators.metamorphic_relation import MetamorphicRelation
 from .model.config import PROJECT_FILE, RELEASE_FILE, Project, ProjectConfig, ReleasePolicy, read_yaml, validate_yaml
 from .model.errors import ProjectError, yaml_line
+from .model.overrides import SET_OPTION, apply_settings, parse_settings
 from .model.trials import PASS_ALL_TRIALS, PASS_AT_ONE, split_trial_metric
 
 
-def load_project(root: Path | str) -> Project:
-    """Read and validate `oloproof.yaml`, `release.yaml` and the evaluators they name."""
+def load_project(root: Path | str, settings: tuple[str, ...] | list[str] = ()) -> Project:
+    """Read and validate `oloproof.yaml`, `release.yaml` and the evaluators they name.
+    `settings` are `--set KEY=VALUE` overrides of oloproof.yaml (model/overrides.py),
+    validated with the file as if written in it."""
     root = Path(root).resolve()
     if not root.is_dir():
         raise ProjectError(f"{root}: no such project folder")
     # Each file is read once: its node tree gives the line numbers of later errors.
     config_path = root / PROJECT_FILE
     config_data, config_root = read_yaml(config_path)
-    config = validate_yaml(ProjectConfig, config_path, config_data, config_root)
+    try:
+        config_data = apply_settings(config_data, parse_settings(settings), file=str(config_path))
+        config = validate_yaml(ProjectConfig, config_path, config_data, config_root)
+        evaluators = build_evaluators(config.evaluators, file=config_path, yaml_root=config_root)
+    except ProjectError as error:
+        raise with_settings_named(error, settings) from None
     release_path = root / RELEASE_FILE
     release_data, release_root = read_yaml(release_path) if release_path.exists() else (None, None)
     release = validate_yaml(ReleasePolicy, release_path, release_data, release_root) if release_path.exists() else ReleasePolicy.ungated()
-    evaluators = build_evaluators(config.evaluators, file=config_path, yaml_root=config_root)
-    project = Project(root=root, config=config, release=release, evaluators=evaluators)
+    project = Project(root=root, config=config, release=release, evaluators=evaluators, settings=tuple(settings))
     _check_rules_name_criteria(project, release_path, release_root)
     _check_relations_name_transforms(project, config_root)
     return project
+
+
+def with_settings_named(error: ProjectError, settings: tuple[str, ...] | list[str]) -> ProjectError:
+    """A problem found with `--set` overrides says so: the line it names may not hold the value."""
+    if not settings:
+        return error
+    given = ", ".join(f"{SET_OPTION} {text}" for text in settings)
+    return ProjectError([f"{problem} (with {given})" for problem in error.problems])
 
 
 def _check_rules_name_criteria(project: Project, release_path: Path, release_root: yaml.Node | None) -> None:

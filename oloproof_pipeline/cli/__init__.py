@@ -1,7 +1,7 @@
 """The `oloproof` command: the same Dagster assets, headless, against the project's instance.
 
 One module per command family (`init`, `run`, `gate`, `inspect`, `results`: report, export
-and compare, `labels`, `certify`); `render` and `options` are what they share. Commands are
+and compare, `labels`, `certify`, `importing`); `render` and `options` are what they share. Commands are
 registered here, in the order `--help` lists them."""
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from .certify import certify
 from .gate import gate
 from .init import init
 from .inspect import inspect
+from .importing import import_app
 from .labels import labels_app
 from .options import CommandFailed, app
 from .render import console, error_console, fail
@@ -32,6 +33,7 @@ __all__ = ["app", "main"]
 for command in (init, run, gate, inspect, report, export, compare, certify):
     app.command()(command)
 app.add_typer(labels_app, name="labels")
+app.add_typer(import_app, name="import")
 
 
 class WarningLines(logging.Handler):

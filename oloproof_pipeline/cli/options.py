@@ -4,6 +4,7 @@ the version a reading command reads back (never asked of the system: nothing is 
 from __future__ import annotations
 
 import difflib
+import json
 from pathlib import Path
 from typing import Optional
 
@@ -43,6 +44,23 @@ VERSION_OPTION = typer.Option(
     None, "--version", "-v", help="System version (default: system.version in oloproof.yaml, else the last one stored).",
     callback=checked_version,
 )
+# `oloproof run`'s overrides of oloproof.yaml for one run (model/overrides.py).
+SET_OPTION = typer.Option(
+    [], "--set", metavar="KEY=VALUE",
+    help="Override one key of oloproof.yaml for this run, validated as the file is (repeatable), "
+    "e.g. --set system.model.name=gpt-x.",
+)
+RUN_VERSION_OPTION = typer.Option(
+    None, "--version", "-v", help="Evaluate as this system version: --set system.version=V.", callback=checked_version,
+)
+
+
+def run_settings(settings: list[str], version: Optional[str]) -> tuple[str, ...]:
+    """The run's overrides: each --set as given, then --version as system.version."""
+    # Quoted, so `--version 2.0` is the text "2.0", not a YAML number.
+    return (*settings, *([f"system.version={json.dumps(version)}"] if version is not None else []))
+
+
 JSON_OPTION = typer.Option(
     False, "--json", help="Print one JSON document on stdout (the gate, each rule, the run); nothing else goes there."
 )

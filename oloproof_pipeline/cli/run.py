@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import typer
 
@@ -20,7 +20,7 @@ from ..read.document import RunSummary, failed_run_document, run_document
 from ..store.stamps import RunStamp, forget_run_stamp, unchanged_since, write_run_stamp
 from .gate import exit_with_document, gate_json, show_flagged_buckets, show_gate
 from .launching import failed_launch_exit_code, instance_writes, journal_progress, stdout_to_stderr
-from .options import JSON_OPTION, PROJECT_OPTION, CommandFailed
+from .options import JSON_OPTION, PROJECT_OPTION, RUN_VERSION_OPTION, SET_OPTION, CommandFailed, run_settings
 from .render import console, print_json
 
 
@@ -35,10 +35,13 @@ def run(
         False, "--launch", help="Launch a Dagster run even when nothing changed since the last complete one."
     ),
     as_json: bool = JSON_OPTION,
+    settings: list[str] = SET_OPTION,
+    version: Optional[str] = RUN_VERSION_OPTION,
 ) -> None:
     """Record, judge and gate the system's current version; exit with the gate's code."""
+    settings = run_settings(settings, version)
     # A bad file is found before Dagster is even imported, and before the system is.
-    evaluated = load_project(project)
+    evaluated = load_project(project, settings)
     check_release_policy(evaluated, ungated=ungated)
     root = project.resolve()
     inputs_digest = run_inputs_digest(evaluated)
@@ -71,7 +74,8 @@ def run(
     with stdout_to_stderr(enabled=as_json):
         with journal_progress(root, system.version, enabled=not (verbose or as_json)), instance_writes(project):
             evaluation = run_evaluation(
-                project, fresh=fresh, ungated=ungated, log_level="INFO" if verbose else "CRITICAL", system=system
+                project, fresh=fresh, ungated=ungated, log_level="INFO" if verbose else "CRITICAL", system=system,
+                settings=settings,
             )
     summary = run_summary(root, evaluation.version, evaluation.run_id)
     if not evaluation.errors and summary.complete():

@@ -37,6 +37,8 @@ from .resources import loaded_for_run
 
 # Marks the runs the CLI started (user tags show in the runs list).
 LAUNCHED_BY_TAG = "oloproof/launched_by"
+# The run's `--set` overrides, so the run in Dagster says which configuration it ran.
+SETTINGS_TAG = "oloproof/set"
 
 
 @dataclass
@@ -77,8 +79,10 @@ def run_evaluation(
     instance: DagsterInstance | None = None,
     log_level: str = "CRITICAL",
     system: ResolvedSystem | None = None,
+    settings: tuple[str, ...] = (),
 ) -> EvaluationRun:
-    """Materialize the whole graph for the system's current version.
+    """Materialize the whole graph for the system's current version (`settings`: `--set`
+    overrides of oloproof.yaml, for this run).
 
     The project and its cases are validated first, so a bad file is reported as the
     one-line error it is, before any run starts (the metamorphic copies and their labels too).
@@ -86,7 +90,7 @@ def run_evaluation(
     The system is resolved once here (unless the caller did: `system`) and filed on the run
     (`SYSTEM_TAG`), so no stage asks it again; its version is the run's partition.
     """
-    project = load_project(project_root)
+    project = load_project(project_root, settings)
     check_release_policy(project, ungated=ungated)
     validate_cases(project)
     if system is None:
@@ -97,6 +101,8 @@ def run_evaluation(
     ensure_version_partition(instance, versions_partitions(project).name, system.version)
     run_config = {"ops": {recording_op_name(project.dagster_name): {"config": {"fresh": fresh}}}}
     tags = {PARTITION_NAME_TAG: system.version, SYSTEM_TAG: system.as_tag(), LAUNCHED_BY_TAG: "oloproof run"}
+    if settings:
+        tags[SETTINGS_TAG] = " ".join(settings)
     return launch_job(project, instance, definitions.resolve_job_def(EVALUATE_JOB), system.version,
                       run_config=run_config, tags=tags, log_level=log_level)
 

@@ -21,7 +21,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field
 
 from ..model.cases import CaseRecord
-from ..model.faults import FaultKind, FaultPlan, FaultReplay, checkpoint_before
+from ..model.faults import FaultKind, FaultPlan, FaultReplay, NoTextToChange, ResultTemplate, checkpoint_before
 from ..model.outcomes import EXCLUDED, FAIL, MISSING, PASS, Judgement, Verdict
 from ..model.records import RecordedRun, ReplayResult
 from ..model.trajectory import Checkpoint, Trajectory, first_difference, plain_json
@@ -32,7 +32,8 @@ from .state_matches import Mode, StateComparison, expected_state_of, first_diffe
 
 class FaultRecoveryConfig(EvaluatorConfig):
     tool: str = Field(min_length=1)
-    fault: FaultKind
+    # A fixed fault, or `{kind: template, ...}`: the tool's real result with its text changed.
+    fault: FaultKind | ResultTemplate
     occurrence: int = Field(default=1, ge=1)
     # Calling any of these after the fault counts as handing the case to a person (a PASS).
     escalate_tools: list[str]
@@ -50,17 +51,24 @@ class FaultRecovery(Evaluator):
     config: FaultRecoveryConfig
 
     def default_criterion(self) -> str:
-        return f"recovers_from_{self.config.fault}_at_{self.config.tool}"
+        return f"recovers_from_{self._fault_kind}_at_{self.config.tool}"
+
+    @property
+    def _fault_kind(self) -> str:
+        fault = self.config.fault
+        return fault.kind if isinstance(fault, ResultTemplate) else fault
 
     @property
     def fault_plan(self) -> FaultPlan:
         """What `fault_replays` replays for this evaluator (found there by this attribute)."""
+        fault = self.config.fault
         return FaultPlan(
             criterion=self.criterion,
             tool=self.config.tool,
-            fault=self.config.fault,
+            fault=self._fault_kind,
             occurrence=self.config.occurrence,
             escalate_tools=tuple(self.config.escalate_tools),
+            result_template=fault if isinstance(fault, ResultTemplate) else None,
         )
 
     def judge(self, case: CaseRecord, recording: RecordedRun, context: JudgingContext) -> Verdict:
@@ -154,13 +162,14 @@ def injection_problem(recorded: Trajectory, faulted: Trajectory, call_index: int
     replayed_call = describe_call(faulted.call_signatures(), call_index)
     calls = faulted.calls()
     result = plain_json(calls[call_index].result) if call_index < len(calls) else None
-    if replayed_call == recorded_call and result == plain_json(plan.injected_result):
+    expected_result = plan.result_at(recorded, call_index)
+    if replayed_call == recorded_call and result == plain_json(expected_result):
         return None
     return {
         "at_call": call_index,
         "recorded": recorded_call,
         "replayed": replayed_call,
-        "expected_result": plan.injected_result,
+        "expected_result": expected_result,
         "result": result,
     }
 
@@ -185,6 +194,11 @@ def judge_fault_replay(recording: Trajectory | None, plan: FaultPlan, replay: Fa
         return Judgement(
             outcome=EXCLUDED, reason="fault_target_not_called", details={"tool": plan.tool, "occurrence": plan.occurrence}
         )
+    try:
+        plan.result_at(recording, call_index)
+    except NoTextToChange as problem:
+        # The recorded result holds no text to change: like a call never made, not a pass.
+        return Judgement(outcome=EXCLUDED, reason="fault_target_has_no_text", details={"problem": str(problem)})
     checkpoint = checkpoint_before(recording, call_index)
     if checkpoint is None:
         return Judgement(outcome=MISSING, reason="no_checkpoint_recorded", details={"faulted_call": call_index})
@@ -214,7 +228,7 @@ def verdict_after_fault(faulted: ReplayResult, call_index: int, checkpoint: Chec
     escalations = [call for call in after if call["tool"] in plan.escalate_tools]
     details = {
         "faulted_call": {**describe_call(signatures, call_index), "index": call_index},
-        "injected_result": plan.injected_result,
+        "injected_result": plain_json(trajectory.calls()[call_index].result),
         "checkpoint": checkpoint.model_dump(mode="json"),
         "calls_after_fault": after,
         "terminal_status": trajectory.terminal_status,

@@ -20,6 +20,7 @@ from ..model.trajectory import first_difference
 from ..model.outcomes import ANOTHER_TRANSFORM, EXCLUDED, FAIL, MISSING, NOT_A_METAMORPHIC_PAIR, PASS, Verdict
 from .base import Evaluator, EvaluatorConfig, JudgingContext
 from ..model.paths import ABSENT, DottedPath, absent_as_none, read_path
+from ..model.transforms import as_the_copy_started
 from .state_matches import StateComparison, values_equal
 
 Relation = Literal["same_output", "same_actions", "same_state"]
@@ -61,14 +62,14 @@ class MetamorphicRelation(Evaluator):
                 outcome = self.execution_error_outcome
                 return self.verdict(case, outcome, f"{side}_run_{recording.status}", {"error": recording.error})
         assert source is not None and derived is not None
-        return self.judge_pair(case, source, derived)
+        return self.judge_pair(case, source, derived, context.cases.get(case.source_id or ""))
 
-    def judge_pair(self, case: CaseRecord, source: RecordedRun, derived: RecordedRun) -> Verdict:
-        compare = {
-            "same_output": self._same_output,
-            "same_actions": self._same_actions,
-            "same_state": self._same_state,
-        }[self.config.relation]
+    def judge_pair(
+        self, case: CaseRecord, source: RecordedRun, derived: RecordedRun, source_case: CaseRecord | None = None
+    ) -> Verdict:
+        if self.config.relation == "same_state":
+            return self._same_state(case, source, derived, source_case)
+        compare = {"same_output": self._same_output, "same_actions": self._same_actions}[self.config.relation]
         return compare(case, source, derived)
 
     # -- the relations -------------------------------------------------------------------
@@ -104,11 +105,17 @@ class MetamorphicRelation(Evaluator):
         }
         return self.verdict(case, FAIL, f"actions_differ: call {index}: {_describe(details)}", details)
 
-    def _same_state(self, case: CaseRecord, source: RecordedRun, derived: RecordedRun) -> Verdict:
+    def _same_state(
+        self, case: CaseRecord, source: RecordedRun, derived: RecordedRun, source_case: CaseRecord | None
+    ) -> Verdict:
         if source.environment_state is None or derived.environment_state is None:
             side = "source" if source.environment_state is None else "copy"
             return self.verdict(case, MISSING, f"{side}_has_no_recorded_state")
-        rows = StateComparison(mode="exact").rows("", source.state_after, derived.state_after)
+        source_after = source.state_after
+        if source_case is not None:
+            # A transform into the world started the copy elsewhere: what it changed is not a difference.
+            source_after = as_the_copy_started(source_after, source_case.initial_state, case.initial_state)
+        rows = StateComparison(mode="exact").rows("", source_after, derived.state_after)
         differing = [
             {"path": row["path"] or "(whole state)", "source": row["expected"], "copy": row["actual"],
              **({"absent_from": "copy"} if row.get("absent") else {}),

@@ -362,6 +362,8 @@ class Project:
     release: ReleasePolicy
     # Evaluator instances, built by the registry (`oloproof_pipeline.project.load_project`).
     evaluators: list[Any] = field(default_factory=list)
+    # `oloproof run --set KEY=VALUE` overrides applied to oloproof.yaml (model/overrides.py).
+    settings: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:

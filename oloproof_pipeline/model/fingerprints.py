@@ -208,6 +208,8 @@ def run_inputs_digest(project: Project) -> str:
     digests, and stored tables untouched since, mean a run would reuse every result."""
     files = {relative_name(path, project.root): file_digest(path) for path in files_under(project.root)}
     body = {"files": files, "system_code": system_code_fingerprint(project).digest, "pipeline": pipeline_code_version()}
+    if project.settings:  # `--set` overrides are inputs too (absent otherwise: older stamps still match)
+        body["settings"] = list(project.settings)
     return digest("run_inputs/v1", body)
 
 

@@ -161,7 +161,7 @@ class Trajectory(BaseModel):
 class ToolChange(BaseModel):
     """A replay's change: at tool call `call_index` (0-based, counting every tool call), the
     call of `tool` with `arguments` gets `result` instead of running (the tool failed before
-    it acted). This is the `change` a hand-written `replay` method receives (None: no change)."""
+    it acted), or, with `live`, after running (its real result changed). This is the `change` a hand-written `replay` method receives (None: no change)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -169,3 +169,6 @@ class ToolChange(BaseModel):
     tool: str
     arguments: dict[str, Any] | None = None
     result: Any = None
+    # The call still runs (its effects on the world happen); only what the agent gets is
+    # `result` (a fault that changes the real result, model/faults.py ResultTemplate).
+    live: bool = False

@@ -42,11 +42,17 @@ def digest_of_transform(transform: TransformConfig) -> str:
 
 
 def apply_transform(transform: TransformConfig, text: str) -> str:
-    """The changed text. A template is plain substitution of `{value}` (never `str.format`,
-    so `{value.__class__}` stays literal text); `replace` applies its pairs in order."""
-    if transform.template is not None:
-        return transform.template.replace("{value}", text)
-    for old, new in transform.replace or []:
+    """The changed text (see `change_text`)."""
+    return change_text(text, template=transform.template, replace=transform.replace)
+
+
+def change_text(text: str, *, template: str | None, replace: list[tuple[str, str]] | None) -> str:
+    """A template is plain substitution of `{value}` (never `str.format`, so
+    `{value.__class__}` stays literal text); `replace` applies its pairs in order. Shared by
+    transforms and by faults that change a tool's real result (model/faults.py)."""
+    if template is not None:
+        return template.replace("{value}", text)
+    for old, new in replace or []:
         text = text.replace(old, new)
     return text
 
@@ -55,14 +61,39 @@ class TransformProblem(ValueError):
     """Why a transform cannot make a copy of one case (worded for the person fixing it)."""
 
 
+# A field starting with this key points into the case's starting state (inline or its
+# snapshot's tables): the world the agent reads, where an indirect injection is placed.
+WORLD_FIELD = "initial_state"
+
+
+def changes_world(transform: TransformConfig) -> bool:
+    """The transform writes into the starting state, not the input."""
+    keys = split_path(transform.field)
+    return len(keys) > 1 and keys[0] == WORLD_FIELD
+
+
 def _field_name(transform: TransformConfig) -> str:
+    if changes_world(transform):
+        return transform.field
     return f"input.{transform.field}" if transform.field else "input"
 
 
 def transformed_input(transform: TransformConfig, source_input: Any) -> Any:
     """The source's input with the transform applied to its field."""
-    keys = split_path(transform.field)
-    text = read_keys(source_input, keys)
+    return _transformed(transform, source_input, split_path(transform.field))
+
+
+def transformed_world(transform: TransformConfig, source_state: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The source's starting state with the transform applied at its field, or None when the
+    field names nothing there (that case gets no copy: the world holds no such text)."""
+    keys = split_path(transform.field)[1:]
+    if source_state is None or read_keys(source_state, keys) is ABSENT:
+        return None
+    return _transformed(transform, source_state, keys)
+
+
+def _transformed(transform: TransformConfig, data: Any, keys: list[str]) -> Any:
+    text = read_keys(data, keys)
     if text is ABSENT:
         raise TransformProblem(f"{_field_name(transform)} is not a string (it is absent)")
     if not isinstance(text, str):
@@ -70,7 +101,17 @@ def transformed_input(transform: TransformConfig, source_input: Any) -> Any:
     changed = apply_transform(transform, text)
     if changed == text:
         raise TransformProblem(f"{_field_name(transform)} is unchanged by the transform")
-    return write_keys(source_input, keys, changed)
+    return write_keys(data, keys, changed)
+
+
+def field_text(transform: TransformConfig, case: CaseRecord) -> Any:
+    """The text the transform reads (a source) or wrote (a copy); None when there is none."""
+    keys = split_path(transform.field)
+    data = case.input
+    if changes_world(transform):
+        keys, data = keys[1:], case.initial_state
+    value = read_keys(data, keys)
+    return None if value is ABSENT else value
 
 
 def _json_type(value: Any) -> str:
@@ -101,10 +142,18 @@ def copy_id(source_id: str, transform_name: str) -> str:
 
 def derive_copy(
     transform: TransformConfig, source: CaseRecord, *, declares_states: bool, known_digest: str | None = None
-) -> DerivedCaseRecord:
-    """One copy of `source` under `transform` (unlabelled). Raises TransformProblem."""
+) -> DerivedCaseRecord | None:
+    """One copy of `source` under `transform` (unlabelled); None when the transform points
+    into the starting state and names nothing in this case's. Raises TransformProblem."""
     the_transform_digest = known_digest or digest_of_transform(transform)
-    derived_input = transformed_input(transform, source.input)
+    derived_input, derived_state, snapshot = source.input, source.initial_state, source.snapshot
+    if changes_world(transform):
+        derived_state = transformed_world(transform, source.initial_state)
+        if derived_state is None:
+            return None
+        snapshot = None  # the copy's world is no longer the named snapshot's content
+    else:
+        derived_input = transformed_input(transform, source.input)
     return DerivedCaseRecord(
         case_id=copy_id(source.case_id, transform.name),
         # A copy sits in its source's cluster, and the cluster enters its digest.
@@ -113,24 +162,57 @@ def derive_copy(
             expected=source.expected,
             metadata=source.metadata,
             group_id=source.group_id,
-            initial_state=source.initial_state,
+            initial_state=derived_state,
             include_initial_state=declares_states,
         ),
         source_id=source.case_id,
         transform=transform.name,
         group_id=source.group_id,
-        input=derived_input,
-        initial_state=copy.deepcopy(source.initial_state),
-        snapshot=source.snapshot,
+        input=copy.deepcopy(derived_input),
+        initial_state=copy.deepcopy(derived_state),
+        snapshot=snapshot,
         expected=copy.deepcopy(source.expected),
         metadata=copy.deepcopy(source.metadata),
         events=copy.deepcopy(source.events),
         file=source.file,
         line=source.line,
         transform_digest=the_transform_digest,
-        pair_digest=pair_digest(transform=the_transform_digest, source_input=source.input, derived_input=derived_input),
+        pair_digest=pair_digest(
+            transform=the_transform_digest,
+            source_input=_paired_value(transform, source.input, source.initial_state),
+            derived_input=_paired_value(transform, derived_input, derived_state),
+        ),
         minimum_validity=transform.minimum_validity,
     )
+
+
+def as_the_copy_started(source_after: Any, source_start: Any, copy_start: Any) -> Any:
+    """The source's state after, with the copy's starting text wherever a transform into the
+    world changed it and the source's run left it as it started: a same-state relation then
+    compares what the agents did, not the text the transform put there."""
+    changed = source_after
+    for keys in _differing_leaves(source_start, copy_start, []):
+        if read_keys(changed, keys) == read_keys(source_start, keys):
+            changed = write_keys(changed, keys, copy.deepcopy(read_keys(copy_start, keys)))
+    return changed
+
+
+def _differing_leaves(ours: Any, theirs: Any, keys: list[str]) -> list[list[str]]:
+    """Paths (as keys) of the values that differ between two states of one shape."""
+    if isinstance(ours, dict) and isinstance(theirs, dict) and ours.keys() == theirs.keys():
+        return [found for key in ours for found in _differing_leaves(ours[key], theirs[key], [*keys, key])]
+    if isinstance(ours, list) and isinstance(theirs, list) and len(ours) == len(theirs):
+        return [found for index, (a, b) in enumerate(zip(ours, theirs)) for found in _differing_leaves(a, b, [*keys, str(index)])]
+    return [] if ours == theirs or not keys else [keys]
+
+
+def _paired_value(transform: TransformConfig, case_input: Any, state: dict[str, Any] | None) -> Any:
+    """What a pair's digest covers on each side: the input (Oloproof's pair digest), and for a
+    transform into the world the starting state too, so a label read for one world retires
+    when the world (or the input beside it) changes."""
+    if changes_world(transform):
+        return {"input": case_input, WORLD_FIELD: state}
+    return case_input
 
 
 @dataclass
@@ -235,6 +317,10 @@ class LabelSummary(BaseModel):
     stale: int
     # Lines naming a case that is no copy of this transform (another transform's, or gone).
     unmatched: int
+    # Copies made, and sources left without one: a transform into the starting state makes
+    # no copy of a case whose world holds nothing at its field.
+    copies: int = 0
+    no_copy: int = 0
 
 
 @dataclass
@@ -250,7 +336,8 @@ def _declares_states(sources: list[CaseRecord]) -> bool:
 
 def derive_cases(project: Project, sources: list[CaseRecord]) -> DerivedCases:
     """Every copy of every source under every transform, labelled. Any case a transform cannot
-    change (a field that is not a string, text left unchanged) is a configuration error."""
+    change (a field that is not a string, text left unchanged) is a configuration error; a
+    transform into the starting state skips the cases whose world has nothing at its field."""
     sources = [case for case in sources if not case.is_derived]
     declares_states = _declares_states(sources)
     copies: list[DerivedCaseRecord] = []
@@ -261,21 +348,26 @@ def derive_cases(project: Project, sources: list[CaseRecord]) -> DerivedCases:
         made: list[DerivedCaseRecord] = []
         for source in sources:
             try:
-                made.append(derive_copy(transform, source, declares_states=declares_states, known_digest=the_digest))
+                derived = derive_copy(transform, source, declares_states=declares_states, known_digest=the_digest)
             except TransformProblem as problem:
                 problems.append(f"{place}: {_case_place(source)}: {problem}")
+                continue
+            if derived is not None:
+                made.append(derived)
         if problems:
             continue
         labels = load_labels(project, transform, place)
         labelled = [label_copy(derived, labels) for derived in made]
         copies.extend(labelled)
-        summaries.append(_summarise_labels(transform, labels, labelled))
+        summaries.append(_summarise_labels(transform, labels, labelled, sources=len(sources)))
     if problems:
         raise ProjectError(problems)
     return DerivedCases(copies=copies, label_summaries=summaries)
 
 
-def _summarise_labels(transform: TransformConfig, labels: LabelFile, copies: list[DerivedCaseRecord]) -> LabelSummary:
+def _summarise_labels(
+    transform: TransformConfig, labels: LabelFile, copies: list[DerivedCaseRecord], *, sources: int
+) -> LabelSummary:
     copy_ids = {derived.case_id for derived in copies}
     stale = sum(derived.stale_labels for derived in copies)
     matched = sum(len(found) for case_id, found in labels.by_case.items() if case_id in copy_ids)
@@ -286,4 +378,6 @@ def _summarise_labels(transform: TransformConfig, labels: LabelFile, copies: lis
         counted=matched - stale,
         stale=stale,
         unmatched=labels.lines - matched,
+        copies=len(copies),
+        no_copy=sources - len(copies),
     )

@@ -23,10 +23,9 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..decide.statistics import clopper_pearson
 from ..decide.validity import VALIDITY_CONFIDENCE, TransformValidity, transform_validity
-from ..model.cases import load_cases, parse_json, read_text_file
+from ..model.cases import CaseRecord, load_cases, parse_json, read_text_file
 from ..model.config import PROJECT_FILE, Project, TransformConfig
 from ..model.errors import ProjectError, format_location
-from ..model.paths import ABSENT, read_keys, split_path
 from ..model.transforms import (
     DerivedCaseRecord,
     LabelFile,
@@ -34,6 +33,7 @@ from ..model.transforms import (
     ValidityLabel,
     derive_copy,
     digest_of_transform,
+    field_text,
     label_copy,
     labels_path,
     load_labels,
@@ -61,7 +61,7 @@ class TransformPairs:
     transform: TransformConfig
     copies: list[DerivedCaseRecord]
     labels: LabelFile
-    source_inputs: dict[str, Any] = field(default_factory=dict)
+    sources: dict[str, CaseRecord] = field(default_factory=dict)
 
     @property
     def labels_file(self) -> Path | None:
@@ -69,16 +69,10 @@ class TransformPairs:
         return self.labels.path
 
     def source_text(self, derived: DerivedCaseRecord) -> Any:
-        return field_text(self.transform, self.source_inputs[derived.source_id])
+        return field_text(self.transform, self.sources[derived.source_id])
 
     def current_labels(self, derived: DerivedCaseRecord) -> list[ValidityLabel]:
         return [label for label in self.labels.by_case.get(derived.case_id, []) if label.digest == derived.pair_digest]
-
-
-def field_text(transform: TransformConfig, case_input: Any) -> Any:
-    """The text the transform reads or wrote (the whole input when its field is empty)."""
-    value = read_keys(case_input, split_path(transform.field))
-    return None if value is ABSENT else value
 
 
 def current_pairs(project: Project) -> list[TransformPairs]:
@@ -100,8 +94,9 @@ def current_pairs(project: Project) -> list[TransformPairs]:
                 problems.append(f"{project.root / PROJECT_FILE}: metamorphic transform {transform.name}: "
                                 f"case {source.case_id}: {problem}")
                 continue
-            copies.append(label_copy(made, labels))
-        found.append(TransformPairs(transform, copies, labels, {source.case_id: source.input for source in sources}))
+            if made is not None:  # None: a transform into the world that names nothing in this case's
+                copies.append(label_copy(made, labels))
+        found.append(TransformPairs(transform, copies, labels, {source.case_id: source for source in sources}))
     if problems:
         raise ProjectError(problems)
     return found
@@ -138,7 +133,7 @@ def pending_pairs(pairs: TransformPairs) -> list[PendingPair]:
         PendingPair(
             case=derived.case_id,
             source_text=pairs.source_text(derived),
-            copy_text=field_text(pairs.transform, derived.input),
+            copy_text=field_text(pairs.transform, derived),
             digest=derived.pair_digest,
         )
         for derived in pairs.copies

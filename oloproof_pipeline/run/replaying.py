@@ -1,4 +1,5 @@
-"""Fault replays: a recorded case re-run with one tool call's result replaced by a fixed fault.
+"""Fault replays: a recorded case re-run with one tool call's result replaced by a fixed fault,
+or changed (a template over the recorded result: the call runs, the agent reads the change).
 
 A fault plan (one `fault_recovery` evaluator) names the call to fault: the `occurrence`-th
 call of `tool` in the recording. Each case is replayed twice from the latest checkpoint before
@@ -23,7 +24,7 @@ from ..evaluators.fault_recovery import FaultRecovery, judge_fault_replay
 from ..model.cases import CaseRecord
 from ..model.config import PROJECT_FILE, Project
 from ..model.errors import ProjectError
-from ..model.faults import FaultPlan, FaultReplay, checkpoint_before
+from ..model.faults import FaultPlan, FaultReplay, NoTextToChange, checkpoint_before
 from ..model.fingerprints import producer_code_version, row_key
 from ..model.outcomes import MISSING
 from ..model.records import RecordedRun, ReplayResult
@@ -122,6 +123,15 @@ def base_row(case: CaseRecord, recording: RecordedRun, plan: FaultPlan, version:
     }
 
 
+def has_text_to_change(plan: FaultPlan, recording: RecordedRun, call_index: int) -> bool:
+    """A template fault needs text in the recorded result to change (else nothing to replay)."""
+    try:
+        plan.result_at(recording.trajectory, call_index)
+    except NoTextToChange:
+        return False
+    return True
+
+
 def judged(replay: FaultReplay, recording: RecordedRun, plan: FaultPlan) -> FaultReplay:
     judgement = judge_fault_replay(recording.trajectory, plan, replay)
     return replay.model_copy(update=judgement.model_dump())
@@ -187,7 +197,7 @@ def plan_replays(project: Project, cases: StoredTable, runs: StoredTable, versio
             continue
         call_index = plan.faulted_call_index(recording.trajectory)
         checkpoint = checkpoint_before(recording.trajectory, call_index) if call_index is not None else None
-        if checkpoint is None:
+        if checkpoint is None or not has_text_to_change(plan, recording, call_index):
             # Nothing to replay: the judgement alone says EXCLUDED or MISSING.
             placeholder = FaultReplay(
                 **base_row(case, recording, plan, version), outcome=MISSING, reason="not_replayed", faulted_call_index=call_index

@@ -32,7 +32,8 @@ Tool = Callable[..., Any]
 class ReplayScript(BaseModel):
     """How the tool box replays a case: the calls before the checkpoint run live (so the
     sandbox's side effects happen again) but hand the agent the recorded results; the changed
-    call does not run and hands over the change's result; every later call runs live.
+    call does not run (unless the change is `live`: a changed real result) and hands over the
+    change's result; every later call runs live.
 
     A call before the checkpoint that is not the recorded one (another tool or other
     arguments) means the agent diverged: from there on everything runs live and nothing is
@@ -188,6 +189,8 @@ class ToolBox:
             return live
         change = script.change
         if change is not None and index == change.call_index and _same_call(change.tool, change.arguments, name, arguments):
+            if change.live:  # a changed real result: the call acts on the world as it did
+                self._run(name, arguments)
             return copy.deepcopy(change.result)
         return self._run(name, arguments)
 
