@@ -200,7 +200,9 @@ def test_reads_conversation_shows_the_user_and_assistant_turns_in_order(tmp_path
     judge_config = rubric_judge("kind", judge.url, rubric_text="PASS when the assistant says 'sorry'.", reads="conversation")
     evaluator = one_judge(tmp_path, judge_config)
     case = CaseRecord(case_id="c1", case_digest="sha256:" + "0" * 64, group_id="c1", input={"persona": "p"})
-    steps = [Step(kind="user", text="My order never came."), Step(kind="tool_call", tool="lookup_order", arguments={}),
+    calling = {"message": {"role": "assistant", "content": "Looking.", "tool_calls": [{"id": "1", "function": {"name": "lookup_order"}}]}}
+    steps = [Step(kind="user", text="My order never came."), Step(kind="model", text="Looking.", result=calling),
+             Step(kind="tool_call", tool="lookup_order", arguments={}),
              Step(kind="model", text="I am sorry, let me look."), Step(kind="user", text="Thanks."),
              Step(kind="model", text="Refund issued.")]
     run = RecordedRun(case_id="c1", case_digest=case.case_digest, system_version="v", status="ok",

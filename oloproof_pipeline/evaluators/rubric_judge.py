@@ -45,7 +45,7 @@ from ..model.errors import ProjectError
 from ..model.judgments import JudgmentRecord
 from ..model.outcomes import FAIL, MISSING, PASS, Verdict
 from ..model.records import RecordedRun
-from ..model.trajectory import MODEL_STEP
+from ..model.trajectory import MODEL_STEP, Step
 from ..store.judgments import judgment_store
 from .base import Evaluator, EvaluatorConfig, JudgingContext
 
@@ -69,8 +69,8 @@ Return exactly: {{"pass": true|false, "rationale": "..."}}
 # What Oloproof adds to the prompt when it asks a second time.
 REASK = "\nReturn valid JSON only."
 NOT_YET = "is an Oloproof setting that oloproof_pipeline does not support yet"
-# A simulated user's turn (the step kind of simulated conversations); a `message` step with
-# role `user` is one too.
+# A simulated user's turn (the step kind the simulated-user work adds to model/trajectory.py,
+# where this name belongs once both have landed); a `message` step with role `user` is one too.
 USER_STEP = "user"
 JUDGE_ERROR, JUDGE_BAD_ANSWER, NO_CONVERSATION = "judge_error", "judge_bad_answer", "no_conversation"
 SHOWN_ANSWER_CHARS = 500
@@ -132,16 +132,27 @@ def parsed_verdict(text: str | None) -> dict[str, Any] | None:
     return verdicts[0]
 
 
+def told_the_user(step: Step) -> str | None:
+    """What a model turn told the user: its text, unless it was a turn calling tools."""
+    message = step.result.get("message") if isinstance(step.result, dict) else None
+    if isinstance(message, dict) and message.get("tool_calls"):
+        return None
+    return step.text
+
+
 def transcript(recording: RecordedRun) -> str:
-    """The conversation as the judge reads it: each user and assistant message, in order."""
+    """The conversation as the judge reads it: each user message and each answer the user
+    was told (a model turn that called no tool), in order."""
     lines = []
     for step in recording.trajectory.steps if recording.trajectory else []:
-        if not step.text:
-            continue
         if step.kind == USER_STEP or (step.kind == "message" and step.role == "user"):
-            lines.append(f"User: {step.text}")
-        elif step.kind in (MODEL_STEP, "message"):
-            lines.append(f"Assistant: {step.text}")
+            text, speaker = step.text, "User"
+        elif step.kind == MODEL_STEP or step.kind == "message":
+            text, speaker = told_the_user(step), "Assistant"
+        else:
+            continue
+        if text:
+            lines.append(f"{speaker}: {text}")
     return "\n".join(lines)
 
 
