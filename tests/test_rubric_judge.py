@@ -18,7 +18,7 @@ from conftest import write_project
 from judge_standin import JudgeStandIn, sections
 from oloproof_pipeline.defs.launch import run_evaluation
 from oloproof_pipeline.evaluators import JudgingContext, build_evaluators, judge_cases
-from oloproof_pipeline.evaluators.rubric_judge import TEMPLATE
+from oloproof_pipeline.evaluators.rubric_judge import TEMPLATE, verdict_reason
 from oloproof_pipeline.model.cases import CaseRecord, load_cases
 from oloproof_pipeline.model.errors import ProjectError
 from oloproof_pipeline.model.judgments import JudgmentRecord
@@ -28,6 +28,7 @@ from oloproof_pipeline.model.trajectory import Step, Trajectory
 from oloproof_pipeline.project import load_project
 from oloproof_pipeline.store.journal import Journal
 from oloproof_pipeline.store.layout import judgments_path, read_table
+from oloproof_pipeline.store.tables import JUDGMENTS_SCHEMA
 
 # Answers "refunded" for even orders, "declined" for odd ones.
 DESK = """
@@ -127,6 +128,16 @@ def test_judge_tokens_and_cost_are_counted_apart_from_the_systems(tmp_path, judg
     assert runs["model_calls"].isna().all() and runs["cost_usd"].isna().all()  # the system made no model call
     stored = Journal(judgments_path(root)).records(JudgmentRecord)
     assert {(record.judge_calls, record.judge_prompt_tokens, record.judge_completion_tokens) for record in stored} == {(1, 100, 20)}
+    table = pd.read_json(judgments_path(root), lines=True)  # the journal read as the table the README shows
+    assert list(table.columns) == JUDGMENTS_SCHEMA.names and len(table) == calls
+    assert table["judge_cost_usd"].sum() == pytest.approx(metadata["judge_cost_usd"])
+
+
+def test_a_long_rationale_is_cut_in_the_reason_and_whole_in_the_details():
+    long = "the output says refunded " * 20
+    record = JudgmentRecord(judgment_key="k", criterion="c", judge_model="m", passed=True, rationale=long + "\nmore", judge_calls=1)
+    assert len(verdict_reason(record)) == 200 and "\n" not in verdict_reason(record)
+    assert verdict_reason(record.model_copy(update={"rationale": None})) == "judge_pass"
 
 
 def test_a_judge_answering_garbage_is_asked_once_more_then_missing_with_the_reason(tmp_path, judge, instance):

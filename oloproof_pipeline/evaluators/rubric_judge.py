@@ -74,6 +74,7 @@ NOT_YET = "is an Oloproof setting that oloproof_pipeline does not support yet"
 USER_STEP = "user"
 JUDGE_ERROR, JUDGE_BAD_ANSWER, NO_CONVERSATION = "judge_error", "judge_bad_answer", "no_conversation"
 SHOWN_ANSWER_CHARS = 500
+SHOWN_REASON_CHARS = 200
 
 
 class RubricJudgeConfig(EvaluatorConfig):
@@ -262,8 +263,7 @@ class RubricJudge(Evaluator):
             "rationale": judgment.rationale, "judgment_key": key, "judge_model": judgment.judge_model,
             "judgment_reused": reused,
         }
-        reason = judgment.rationale or ("judge_pass" if judgment.passed else "judge_fail")
-        return self.verdict(case, PASS if judgment.passed else FAIL, reason, details)
+        return self.verdict(case, PASS if judgment.passed else FAIL, verdict_reason(judgment), details)
 
     def ask(self, prompt: str, key: str) -> JudgmentRecord:
         """The judge's verdict on `prompt`, asked once more if its first answer has none."""
@@ -316,6 +316,16 @@ class RubricJudge(Evaluator):
             self.spent["judge_completion_tokens"] += completion_tokens or 0
             if cost is not None:
                 self.spent["judge_cost_usd"] += cost
+
+
+def verdict_reason(judgment: JudgmentRecord) -> str:
+    """The judge's rationale as the verdict's reason: its first line, cut to a table cell's
+    length (the whole of it is in the details)."""
+    lines = (judgment.rationale or "").strip().splitlines()
+    if not lines:
+        return "judge_pass" if judgment.passed else "judge_fail"
+    first = lines[0].strip()
+    return first if len(first) <= SHOWN_REASON_CHARS else first[: SHOWN_REASON_CHARS - 3] + "..."
 
 
 def tokens(answers: list[dict[str, Any]], name: str) -> int | None:
