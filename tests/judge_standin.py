@@ -40,6 +40,7 @@ def answer(prompt: str) -> str:
 class JudgeStandIn:
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
+        self.authorizations: list[str | None] = []
         self.refuse_with: int | None = None
         self.hold_for = 0
         self.peak = 0
@@ -53,6 +54,7 @@ class JudgeStandIn:
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                stand_in.authorizations.append(self.headers.get("Authorization"))
                 status, reply = stand_in.handle(body)
                 data = json.dumps(reply).encode()
                 self.send_response(status)

@@ -285,7 +285,6 @@ def test_an_oloproof_project_with_these_evaluators_loads_and_runs_unchanged(tmp_
 @pytest.mark.parametrize("keys, says", [
     ({"provider": "openai"}, "provider 'openai' is an Oloproof setting that oloproof_pipeline does not support yet"),
     ({"provider": "anthropic"}, "provider 'anthropic' is an Oloproof setting that oloproof_pipeline does not support yet"),
-    ({"base_url": None}, "provider openai_compatible needs a base_url"),
     ({"rubric_file": "rubrics/x.md"}, "exactly one of rubric_file or rubric_text"),
     ({"media": "output"}, "media"),
 ])
@@ -295,6 +294,27 @@ def test_what_is_not_supported_is_refused_in_one_line(tmp_path, keys: dict, says
         one_judge(tmp_path, config)
     [problem] = raised.value.problems
     assert says in problem and "\n" not in problem
+
+
+def test_the_key_is_oloproofs_sent_when_set_and_needed_only_off_this_machine(tmp_path, judge, monkeypatch):
+    case = CaseRecord(case_id="c1", case_digest="sha256:" + "0" * 64, group_id="c1", input={"order": "ord-2"})
+    run = RecordedRun(case_id="c1", case_digest=case.case_digest, system_version="v", status="ok", output={"answer": "refunded"})
+    context = JudgingContext(cases={"c1": case}, recordings={"c1": run})
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    local = one_judge(tmp_path / "a", rubric_judge("c", judge.url, rubric_text="PASS when it says 'refunded'."))
+    assert local.judge_case(case, context).outcome == PASS and judge.authorizations == [None]
+    monkeypatch.setenv("JUDGE_KEY", "secret-1")
+    keyed = one_judge(tmp_path / "b", rubric_judge("c", judge.url, rubric_text="PASS when it says 'refund'.", api_key_env="JUDGE_KEY"))
+    assert keyed.judge_case(case, context).outcome == PASS and judge.authorizations[-1] == "Bearer secret-1"
+    # Oloproof's default endpoint is OpenAI's, which needs a key: without one, no request goes out.
+    remote_config = rubric_judge("c", judge.url, rubric_text="x")
+    del remote_config["base_url"]
+    remote = one_judge(tmp_path / "c", remote_config)
+    assert remote.config.base_url == "https://api.openai.com/v1"
+    verdict = remote.judge_case(case, context)
+    assert (verdict.outcome, verdict.reason) == (MISSING, "judge_error")
+    assert "environment variable OPENAI_API_KEY is not set" in verdict.details["error"]
+    assert len(judge.requests) == 2
 
 
 def test_a_missing_rubric_file_fails_the_load_naming_it(tmp_path):

@@ -29,15 +29,19 @@ client for them; so are Oloproof's media keys other than `media: none`.
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import os
 import threading
 from collections import Counter
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
+from urllib.parse import urlparse
+
 from pydantic import Field, model_validator
 
-from ..endpoints.chat import ChatModel, ModelUnavailable, api_key
+from ..endpoints.chat import ChatModel, ModelUnavailable
 from ..model.cases import CaseRecord
 from ..model.config import ChatModelConfig, ProjectConfig
 from ..model.digests import digest
@@ -74,6 +78,7 @@ NOT_YET = "is an Oloproof setting that oloproof_pipeline does not support yet"
 USER_STEP = "user"
 JUDGE_ERROR, JUDGE_BAD_ANSWER, NO_CONVERSATION = "judge_error", "judge_bad_answer", "no_conversation"
 SHOWN_ANSWER_CHARS = 500
+DEFAULT_BASE_URL, DEFAULT_KEY_ENV = "https://api.openai.com/v1", "OPENAI_API_KEY"
 SHOWN_REASON_CHARS = 200
 
 
@@ -84,7 +89,8 @@ class RubricJudgeConfig(EvaluatorConfig):
     rubric_file: str | None = None
     rubric_text: str | None = None
     api_key_env: str | None = None
-    base_url: str | None = Field(default=None, pattern=r"^https?://")
+    # Oloproof's defaults: OpenAI's API, its key in OPENAI_API_KEY.
+    base_url: str = Field(default=DEFAULT_BASE_URL, pattern=r"^https?://")
     temperature: float = 0
     max_tokens: int = Field(default=512, ge=1)
     timeout_s: float = Field(default=60.0, gt=0)
@@ -104,11 +110,19 @@ class RubricJudgeConfig(EvaluatorConfig):
             raise ValueError("rubric_text must not be empty")
         if self.provider != "openai_compatible":
             raise ValueError(f"provider {self.provider!r} {NOT_YET}: use provider: openai_compatible with its base_url")
-        if self.base_url is None:
-            raise ValueError("provider openai_compatible needs a base_url (e.g. http://127.0.0.1:8000/v1)")
         if self.media != "none" or self.transcriber is not None:
             raise ValueError(f"a judge that sees media (media, transcriber) {NOT_YET}")
         return self
+
+
+def is_loopback(url: str) -> bool:
+    host = urlparse(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def parsed_verdict(text: str | None) -> dict[str, Any] | None:
@@ -211,13 +225,23 @@ class RubricJudge(Evaluator):
         self._rate = next((rate for rate in config.pricing if rate.model == self.config.model), None)
 
     def chat_model(self) -> ChatModel:
+        """The judge's endpoint. As in Oloproof, the key is read when the judge is first asked
+        and sent when set; a server on this machine needs none, any other does (else each
+        judgment is a `judge_error`, never a request sent without credentials)."""
         with self._model_lock:
             if self._model is None:
+                key_env = self.config.api_key_env or DEFAULT_KEY_ENV
+                key = os.environ.get(key_env) or None
+                if key is None and not is_loopback(self.config.base_url):
+                    raise ModelUnavailable(
+                        f"environment variable {key_env} is not set; a key is needed for {self.config.base_url}, "
+                        "which is not a server on this machine"
+                    )
                 settings = ChatModelConfig(
-                    base_url=self.config.base_url, name=self.config.model, api_key_env=self.config.api_key_env,
+                    base_url=self.config.base_url, name=self.config.model, api_key_env=key_env,
                     temperature=self.config.temperature, request_timeout_s=self.config.timeout_s,
                 )
-                self._model = ChatModel(settings, api_key(settings, f"evaluator {self.criterion!r}"), self._calls_at_once)
+                self._model = ChatModel(settings, key, self._calls_at_once)
             return self._model
 
     # -- judging -------------------------------------------------------------------------------
@@ -275,7 +299,7 @@ class RubricJudge(Evaluator):
                 if verdict is not None:
                     break
         except ModelUnavailable as error:
-            raise JudgeFailed(JUDGE_ERROR, {"error": str(error), "judge_calls": len(answers) + 1}) from None
+            raise JudgeFailed(JUDGE_ERROR, {"error": str(error)}) from None
         finally:
             self.count(answers)
         if verdict is None:
