@@ -185,6 +185,20 @@ def test_at_most_concurrency_judge_questions_are_in_flight(tmp_path, judge):
     assert judge.peak == 2
 
 
+def test_the_same_question_in_flight_twice_is_asked_once(tmp_path, judge):
+    root = desk(tmp_path, judge.url, judge_at_once=4)
+    judge.hold_for = 2  # the two judges' questions wait for each other: the twins arrive meanwhile
+    project = load_project(root)
+    cases = load_cases(project)
+    # Every case answers alike: each judge has one question, however many cases ask it at once.
+    runs = [RecordedRun(case_id=case.case_id, case_digest=case.case_digest, system_version=VERSION, status="ok",
+                        output={"answer": "Order ord-0 refunded"}) for case in cases]
+    twins = [case.model_copy(update={"input": {"order": "ord-0"}}) for case in cases]
+    frame = judge_cases(project, twins, runs, version=VERSION, judged_by_run="r1")
+    assert len(judge.requests) == 2 and set(frame["outcome"]) == {PASS}
+    assert len(Journal(judgments_path(root)).records(JudgmentRecord)) == 2
+
+
 # -- what the judge is shown ----------------------------------------------------------------------
 
 

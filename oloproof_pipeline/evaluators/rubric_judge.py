@@ -274,15 +274,10 @@ class RubricJudge(Evaluator):
             raise ProjectError(f"evaluator {self.criterion!r}: the rubric judge was built without its project folder")
         prompt = self.prompt(case, recording)
         key = self.judgment_key(prompt)
-        store = judgment_store(self._project_root)
-        judgment, reused = store.get(key), True
-        if judgment is None:
-            try:
-                judgment = self.ask(prompt, key)
-            except JudgeFailed as failure:
-                return self.verdict(case, MISSING, failure.reason, failure.details)
-            store.put(judgment)
-            reused = False
+        try:
+            judgment, reused = judgment_store(self._project_root).get_or_make(key, lambda: self.ask(prompt, key))
+        except JudgeFailed as failure:
+            return self.verdict(case, MISSING, failure.reason, failure.details)
         details = {
             "rationale": judgment.rationale, "judgment_key": key, "judge_model": judgment.judge_model,
             "judgment_reused": reused,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import Callable
 
 from ..model.judgments import JudgmentRecord
 from .journal import Journal
@@ -24,12 +25,28 @@ class JudgmentStore:
         # The journal's size when last read: a line another process appended since is read on
         # the next miss, not served stale.
         self._read_size = -1
+        # One lock per question being asked (see get_or_make).
+        self._asking: dict[str, threading.Lock] = {}
 
     def get(self, key: str) -> JudgmentRecord | None:
         with self._lock:
             if key not in self._known:
                 self._reread_if_grown()
             return self._known.get(key)
+
+    def get_or_make(self, key: str, make: Callable[[], JudgmentRecord]) -> tuple[JudgmentRecord, bool]:
+        """The judgment stored under `key` (and True), else `make()`'s, stored (and False). Two
+        threads with the same question ask it once: the second waits and gets the first's. A
+        `make` that raises stores nothing, so the question is asked again later."""
+        with self._lock:
+            asking = self._asking.setdefault(key, threading.Lock())
+        with asking:
+            known = self.get(key)
+            if known is not None:
+                return known, True
+            made = make()
+            self.put(made)
+            return made, False
 
     def put(self, record: JudgmentRecord) -> None:
         with self._lock:
