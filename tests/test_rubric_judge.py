@@ -140,6 +140,36 @@ def test_a_long_rationale_is_cut_in_the_reason_and_whole_in_the_details():
     assert verdict_reason(record.model_copy(update={"rationale": None})) == "judge_pass"
 
 
+# Answers "refunded" on its first four calls, "declined" after: trial 2 says something new.
+CHANGING_DESK = """
+from pathlib import Path
+
+CALLS = Path(__file__).with_name("calls.txt")
+
+
+class System:
+    def __call__(self, request):
+        made = len(CALLS.read_text()) if CALLS.exists() else 0
+        CALLS.write_text("x" * (made + 1))
+        return {"answer": f"Order {request['order']} " + ("refunded" if made < 4 else "declined")}
+"""
+
+
+def test_later_trials_judge_spending_is_counted_with_the_first(tmp_path, judge, instance):
+    root = desk(tmp_path, judge.url)
+    (root / "app.py").write_text(CHANGING_DESK)
+    config = yaml.safe_load((root / "oloproof.yaml").read_text())
+    config["execution"]["trials"] = 2
+    (root / "oloproof.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    verdicts = evaluate(root, instance)
+    assert set(outcomes(verdicts, "says_refunded").values()) == {PASS}
+    trial_two = read_table(root, "trial_verdicts", VERSION)
+    assert set(outcomes(trial_two, "says_refunded").values()) == {FAIL}
+    # Trial 2's answers differ, so both judges have new questions for every case.
+    assert len(judge.requests) == 2 * 2 * len(CASES)
+    assert verdict_metadata(instance)["judge_calls"] == len(judge.requests)
+
+
 def test_a_judge_answering_garbage_is_asked_once_more_then_missing_with_the_reason(tmp_path, judge, instance):
     root = desk(tmp_path, judge.url, extra_evaluators=[
         rubric_judge("garbled", judge.url, rubric_text="GARBAGE: PASS when it says 'refunded'."),

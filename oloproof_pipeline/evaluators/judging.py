@@ -254,11 +254,13 @@ class VerdictSummary:
     judge_spent: Counter = field(default_factory=Counter)
     has_model_judges: bool = False
 
-    def as_metadata(self) -> dict[str, int | float]:
+    def as_metadata(self, *trials: "VerdictSummary") -> dict[str, int | float]:
+        """The counts; with model judges, what they spent here and in the later `trials`."""
         judges = {}
         if self.has_model_judges:
-            judges = {name: self.judge_spent.get(name, 0) for name in ("judge_calls", "judge_prompt_tokens", "judge_completion_tokens")}
-            judges["judge_cost_usd"] = round(float(self.judge_spent.get("judge_cost_usd", 0.0)), 6)
+            spent = sum((summary.judge_spent for summary in trials), Counter(self.judge_spent))
+            judges = {name: spent.get(name, 0) for name in ("judge_calls", "judge_prompt_tokens", "judge_completion_tokens")}
+            judges["judge_cost_usd"] = round(float(spent.get("judge_cost_usd", 0.0)), 6)
         return {"verdicts_judged": self.judged, "verdicts_reused": self.reused, **judges}
 
     def reasons(self) -> list[str]:
