@@ -35,6 +35,8 @@ def load_project(root: Path | str, settings: tuple[str, ...] | list[str] = ()) -
     release_path = root / RELEASE_FILE
     release_data, release_root = read_yaml(release_path) if release_path.exists() else (None, None)
     release = validate_yaml(ReleasePolicy, release_path, release_data, release_root) if release_path.exists() else ReleasePolicy.ungated()
+    for evaluator in evaluators:
+        evaluator.bind(config)
     project = Project(root=root, config=config, release=release, evaluators=evaluators, settings=tuple(settings))
     _check_rules_name_criteria(project, release_path, release_root)
     _check_relations_name_transforms(project, config_root)

@@ -262,8 +262,8 @@ def test_unsupported_nested_keys_and_evaluator_types_say_so(tmp_path: Path) -> N
     config = root / "oloproof.yaml"
     config.write_text(config.read_text().replace("  callable: app:System\n", "  callable: app:System\n  http: {url: 'http://x'}\n"))
     assert refusal(root).endswith("system.http: `http` is an Oloproof key that oloproof_pipeline does not support yet")
-    root = project_with(tmp_path / "judge", evaluators=[{"type": "rubric_judge", "criterion": "tone"}], rules=[])
-    assert refusal(root).endswith("evaluators[0].type: `rubric_judge` is an Oloproof evaluator type that oloproof_pipeline does not support yet")
+    root = project_with(tmp_path / "judge", evaluators=[{"type": "model_classifier", "criterion": "tone"}], rules=[])
+    assert refusal(root).endswith("evaluators[0].type: `model_classifier` is an Oloproof evaluator type that oloproof_pipeline does not support yet")
     root = project_with(tmp_path / "margin", rules=[{"id": "a", "metric": "answer_correct", "min": 0.5, "margin": 0.1}])
     assert refusal(root).endswith("rules[0].margin: `margin` is an Oloproof key that oloproof_pipeline does not support yet")
     # A key Oloproof does not have either is still a typo.

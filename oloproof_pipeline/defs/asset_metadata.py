@@ -82,7 +82,7 @@ def verdict_metadata(project: Project, frame: pd.DataFrame, summary, trial_frame
     return {
         "outcomes": outcomes_table(outcome_counts(frame)),
         "dagster/row_count": len(frame),
-        **summary.as_metadata(),
+        **summary.as_metadata(trial_summary),
         "verdicts_judged_by_criterion": MetadataValue.json(dict(summary.judged_by_criterion)),
         **why(summary.reasons() + trial_summary.reasons()),
         **trial_metadata(project, trial_frame, {

@@ -15,11 +15,15 @@ from pydantic import ValidationError
 from ..model.errors import ProjectError, describe_validation_error, yaml_line
 from ..model.oloproof_keys import unsupported_evaluator
 from .base import Evaluator, EvaluatorConfig, JudgingContext
+from .contains import Contains
 from .exact_match import ExactMatch
 from .fault_recovery import FaultRecovery
+from .json_schema import JsonSchema
 from .judging import judge_all, judge_cases
 from .metamorphic_relation import MetamorphicRelation
 from .python_grader import PythonGrader
+from .regex import Regex
+from .rubric_judge import RubricJudge
 from .state_matches import StateMatches
 from .state_unchanged import StateUnchanged
 from .trace import Trace
@@ -32,6 +36,10 @@ EVALUATOR_TYPES: dict[str, type[Evaluator]] = {
     MetamorphicRelation.type: MetamorphicRelation,
     Trace.type: Trace,
     PythonGrader.type: PythonGrader,
+    Contains.type: Contains,
+    Regex.type: Regex,
+    JsonSchema.type: JsonSchema,
+    RubricJudge.type: RubricJudge,
 }
 
 
@@ -59,10 +67,11 @@ def build_evaluators(
         line = yaml_line(yaml_root, ("evaluators", index))
         evaluator.origin = f"{file}:{line}: evaluators[{index}]" if line is not None else f"{file}: evaluators[{index}]"
         locate = getattr(evaluator, "locate", None)
-        if locate is not None:  # evaluators that load project files (a python grader's module)
-            line = yaml_line(yaml_root, ("evaluators", index, "function"))
+        if locate is not None:  # evaluators that load project files (a grader's module, a rubric, a schema)
+            key = getattr(evaluator, "locate_key", "function")
+            line = yaml_line(yaml_root, ("evaluators", index, key))
             try:
-                locate(Path(file).parent, f"{file}:{line}: evaluators[{index}].function")
+                locate(Path(file).parent, f"{file}:{line}: evaluators[{index}].{key}")
             except ProjectError as error:
                 problems.extend(error.problems)
                 continue

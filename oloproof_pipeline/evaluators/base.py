@@ -11,6 +11,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..model.cases import CaseRecord
+from ..model.config import ProjectConfig
 from ..model.paths import DottedPath, read_path
 from ..model.records import RecordedRun
 from ..model.outcomes import EXCLUDED, FAIL, METAMORPHIC_COPY, MISSING, NOT_SELECTED, Outcome, Verdict
@@ -120,6 +121,9 @@ class Evaluator:
     # Compares the world the run leaves with the case's expected state: a run that does
     # nothing and passes it shows the expected state held at the start (certification).
     expects_state: ClassVar[bool] = False
+    # Calls a model to judge (a rubric judge): judging runs these in threads, at most
+    # `concurrency.judge` at once, and sums what they spent apart from the system's cost.
+    calls_model: ClassVar[bool] = False
 
     def __init__(self, config: EvaluatorConfig):
         self.config = config
@@ -140,6 +144,14 @@ class Evaluator:
         """The project's own files this evaluator runs (a python grader's module): its verdicts'
         key covers them as it covers the evaluator's code."""
         return []
+
+    def bind(self, config: ProjectConfig) -> None:
+        """Called once the project is loaded: project-wide settings this evaluator follows."""
+
+    def reusable(self, verdict: Verdict) -> bool:
+        """Whether a later run may reuse this verdict while its key holds (not one that says
+        only that a judge could not be reached: that is asked again)."""
+        return True
 
     @property
     def criterion(self) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import inspect
 import sys
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,9 +47,33 @@ CLUSTERS_PER_CHUNK = 250
 JUDGED, REJUDGED = "judged", "re-judged"
 
 
-def judge_all(evaluators: list[Evaluator], cases: list[CaseRecord], context: JudgingContext) -> list[Verdict]:
+def judge_all(evaluators: list[Evaluator], cases: list[CaseRecord], context: JudgingContext, *, judges_at_once: int = 1) -> list[Verdict]:
     """One verdict per case and criterion, in case order."""
-    return [evaluator.judge_case(case, context) for case in cases for evaluator in evaluators]
+    return judged([(evaluator, case) for case in cases for evaluator in evaluators], context, judges_at_once)
+
+
+def judged(pairs: list[tuple[Evaluator, CaseRecord]], context: JudgingContext, judges_at_once: int) -> list[Verdict]:
+    """Each (evaluator, case)'s verdict, in order: those that call a model (a rubric judge)
+    side by side in threads, `judges_at_once` at a time (`concurrency.judge`); the rest here."""
+    verdicts: list[Verdict | None] = [None] * len(pairs)
+    calling = [position for position, (evaluator, _) in enumerate(pairs) if evaluator.calls_model]
+    for position, (evaluator, case) in enumerate(pairs):
+        if not evaluator.calls_model:
+            verdicts[position] = evaluator.judge_case(case, context)
+    if calling:
+        with ThreadPoolExecutor(max_workers=max(1, min(judges_at_once, len(calling))), thread_name_prefix="judge") as pool:
+            answers = pool.map(lambda position: pairs[position][0].judge_case(pairs[position][1], context), calling)
+            for position, verdict in zip(calling, answers):
+                verdicts[position] = verdict
+    return verdicts  # type: ignore[return-value]
+
+
+def judge_spending(evaluators: list[Evaluator]) -> Counter:
+    """What the model judges among `evaluators` spent live so far (calls, tokens, dollars)."""
+    total: Counter = Counter()
+    for evaluator in evaluators:
+        total.update(getattr(evaluator, "spent", Counter()))
+    return total
 
 
 def verdict_row(verdict: Verdict, case: CaseRecord, context: JudgingContext, version: str, judged_by_run: str) -> dict[str, Any]:
@@ -83,7 +108,7 @@ def judge_cases(
     )
     rows = (
         verdict_row(verdict, context.cases[verdict.case_id], context, version, judged_by_run)
-        for verdict in judge_all(project.evaluators, cases, context)
+        for verdict in judge_all(project.evaluators, cases, context, judges_at_once=project.config.concurrency.judge)
     )
     return frame_from_rows(rows, VERDICTS_SCHEMA, VERDICT_NESTED)
 
@@ -225,9 +250,18 @@ class VerdictSummary:
     reused: int = 0
     judged_by_criterion: Counter = field(default_factory=Counter)
     why: Counter = field(default_factory=Counter)
+    # What model judges spent in this judging (calls, tokens, dollars): apart from the system's.
+    judge_spent: Counter = field(default_factory=Counter)
+    has_model_judges: bool = False
 
-    def as_metadata(self) -> dict[str, int]:
-        return {"verdicts_judged": self.judged, "verdicts_reused": self.reused}
+    def as_metadata(self, *trials: "VerdictSummary") -> dict[str, int | float]:
+        """The counts; with model judges, what they spent here and in the later `trials`."""
+        judges = {}
+        if self.has_model_judges:
+            spent = sum((summary.judge_spent for summary in trials), Counter(self.judge_spent))
+            judges = {name: spent.get(name, 0) for name in ("judge_calls", "judge_prompt_tokens", "judge_completion_tokens")}
+            judges["judge_cost_usd"] = round(float(spent.get("judge_cost_usd", 0.0)), 6)
+        return {"verdicts_judged": self.judged, "verdicts_reused": self.reused, **judges}
 
     def reasons(self) -> list[str]:
         """`216 verdicts for state_correct re-judged: evaluator changed`, most frequent first."""
@@ -240,9 +274,10 @@ class VerdictSummary:
 def why_judged(wanted: WantedVerdicts, entries: np.ndarray, positions: np.ndarray, stored: StoredTable, summary: VerdictSummary) -> None:
     """Per verdict judged now, why no stored verdict could be reused."""
     known_criteria = set(stored.columns("criterion")["criterion"].unique().tolist()) if stored.exists else set()
-    stored_keys = stored.columns("evaluator_digest", "recording_key") if stored.exists else None
+    stored_keys = stored.columns("evaluator_digest", "recording_key", "inputs_key") if stored.exists else None
     evaluator_digests = null_to_none(stored_keys["evaluator_digest"]) if stored_keys is not None else []
     recordings = null_to_none(stored_keys["recording_key"]) if stored_keys is not None else []
+    inputs = null_to_none(stored_keys["inputs_key"]) if stored_keys is not None else []
     for entry in entries.tolist():
         criterion, position = wanted.criteria[entry], int(positions[entry])
         if position < 0:
@@ -251,6 +286,8 @@ def why_judged(wanted: WantedVerdicts, entries: np.ndarray, positions: np.ndarra
             continue
         if evaluator_digests[position] is None:
             reason = "no cache key stored with the verdict"
+        elif inputs[position] is None:
+            reason = "its judge did not answer last time"
         elif evaluator_digests[position] != wanted.evaluator_digests[entry]:
             reason = "evaluator changed"
         elif recordings[position] != wanted.recording_keys[entry]:
@@ -283,7 +320,10 @@ def judge_verdict_table(
     entries = np.flatnonzero(~reuse)
     why_judged(wanted, entries, positions, stored, summary)
     to_judge = wanted.frame(entries)
+    spent_before = judge_spending(project.evaluators)
     new, new_slots = judge_wanted(project, cases, runs, replays, to_judge, case_keys, version=version, judged_by_run=judged_by_run)
+    summary.judge_spent = judge_spending(project.evaluators) - spent_before
+    summary.has_model_judges = any(evaluator.calls_model for evaluator in project.evaluators)
     summary.judged = len(entries)
     summary.judged_by_criterion.update(null_to_none(to_judge["criterion"]))
     reused = np.flatnonzero(reuse)
@@ -337,11 +377,17 @@ def judge_wanted(
             replays={key: replay for key, replay in chunk_replays.items() if made_from(replay, recordings.get(key[0]))},
         )
         evaluators = project.evaluators
-        for pair in rows_of(chunk, ["case_position", "evaluator_position", "evaluator_digest", "recording_key", "inputs_key"]):
+        pairs = list(rows_of(chunk, ["case_position", "evaluator_position", "evaluator_digest", "recording_key", "inputs_key"]))
+        verdicts = judged(
+            [(evaluators[pair.evaluator_position], chunk_cases[pair.case_position]) for pair in pairs],
+            context, project.config.concurrency.judge,
+        )
+        for pair, verdict in zip(pairs, verdicts):
             case = chunk_cases[pair.case_position]
-            verdict = evaluators[pair.evaluator_position].judge_case(case, context)
             row = verdict_row(verdict, case, context, version, judged_by_run)
-            batches.add({**row, "evaluator_digest": pair.evaluator_digest, "recording_key": pair.recording_key, "inputs_key": pair.inputs_key})
+            # A verdict that is not reusable (a judge that could not be reached) keeps no key.
+            inputs_key = pair.inputs_key if evaluators[pair.evaluator_position].reusable(verdict) else None
+            batches.add({**row, "evaluator_digest": pair.evaluator_digest, "recording_key": pair.recording_key, "inputs_key": inputs_key})
             slots.append(pair.case_position * len(evaluators) + pair.evaluator_position)
     return batches.frame(), slots
 

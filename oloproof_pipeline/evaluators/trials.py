@@ -68,6 +68,7 @@ def judge_trial_table(
         summary.judged += judged.judged
         summary.reused += judged.reused
         summary.judged_by_criterion.update(judged.judged_by_criterion)
+        summary.judge_spent.update(judged.judge_spent)
         summary.why.update({(criterion, done, f"trial {trial}: {reason}"): count for (criterion, done, reason), count in judged.why.items()})
     frame = pd.concat(frames, ignore_index=True) if frames else frame_from_rows([], TRIAL_VERDICTS_SCHEMA)
     frame = frame.reindex(columns=TRIAL_VERDICTS_SCHEMA.names)

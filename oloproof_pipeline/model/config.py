@@ -201,8 +201,8 @@ class ConcurrencyConfig(StrictModel):
     """Oloproof's `concurrency`: how many cases run at once (`system`), and how many judge
     calls per endpoint (`judge`). Here `system` applies to `kind: chat_agent` (cases in
     threads of one worker process, run/worker.py); a Python system runs one case at a time
-    per sandbox (`execution.workers` for more). `judge` is kept as read: no judge here calls
-    a model yet."""
+    per sandbox (`execution.workers` for more). `judge`: a rubric judge's questions in flight
+    at once (evaluators/judging.py)."""
 
     system: int = Field(default=8, ge=1, le=MAX_CONCURRENCY)
     judge: int = Field(default=4, ge=1, le=MAX_CONCURRENCY)

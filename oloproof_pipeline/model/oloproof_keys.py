@@ -33,7 +33,7 @@ UNSUPPORTED_OLOPROOF_KEYS = frozenset(
 
 UNSUPPORTED_OLOPROOF_EVALUATORS = frozenset(
     {
-        "contains", "regex", "json_schema", "rubric_judge", "model_classifier", "probability_judge",
+        "model_classifier", "probability_judge",
         "cascade", "hit_rate", "recall", "mrr", "ndcg", "citation_validity", "groundedness_judge",
         "citation_support_judge", "agent_max_steps", "agent_tool_called", "agent_no_tool_loop",
         "agent_constraints_satisfied", "agent_tool_sequence", "agent_no_undeclared_tool", "agent_route",

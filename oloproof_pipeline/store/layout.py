@@ -143,6 +143,12 @@ def journal_path(project_root: Path, table: str, partition: str) -> Path:
     return journal_dir(project_root) / table / f"{checked_partition(partition)}.jsonl"
 
 
+def judgments_path(project_root: Path) -> Path:
+    """Every judgment a model judge gave, by what it saw (`store/judgments.py`): one journal for
+    all versions, since the same answer under another version is the same question."""
+    return journal_dir(project_root) / "judgments.jsonl"
+
+
 def run_stamp_path(project_root: Path, version: str) -> Path:
     """What the last completed run of a version read and left (see `store/stamps.py`)."""
     return output_dir(project_root) / "stamps" / f"{checked_partition(version)}.json"

@@ -23,6 +23,7 @@ from pydantic import BaseModel
 from ..model.cases import CaseRecord
 from ..model.digests import canonical_json
 from ..model.faults import FaultReplay
+from ..model.judgments import JudgmentRecord
 from ..model.outcomes import Verdict
 from ..model.records import RecordedRun
 from ..model.transforms import DerivedCaseRecord
@@ -139,6 +140,9 @@ GATE_SCHEMA = pa.schema(
         ("inputs_digest", TEXT),
     ]
 )
+# The judgments journal's columns (store/judgments.py; JSON lines, one per judgment a model
+# judge gave): `pd.read_json(path, lines=True)` or DuckDB's `read_json` read it as this table.
+JUDGMENTS_SCHEMA = model_schema(JudgmentRecord)
 # Repeated trials (`execution.trials: k`): the recordings and verdicts of trials 2..k, each a
 # `recorded_runs` or `verdicts` row plus its trial. Trial 1 stays in those tables, as with one.
 TRIAL_RUNS_SCHEMA = pa.schema(list(RECORDED_RUNS_SCHEMA) + [pa.field("trial", INT)])
