@@ -1,0 +1,256 @@
+"""`system.simulated_user`: a chat agent's case as a conversation with a simulated customer,
+against the support-conversation example's stand-in (desk, customer and judge models on one
+real HTTP server on 127.0.0.1, started by each test). Model calls are counted at the stand-in,
+per model, never timed."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import tomllib
+import yaml
+
+from oloproof_pipeline.defs.launch import run_evaluation
+from oloproof_pipeline.model.cases import load_cases
+from oloproof_pipeline.model.errors import ProjectError
+from oloproof_pipeline.model.fingerprints import system_code_fingerprint
+from oloproof_pipeline.model.outcomes import MISSING, PASS
+from oloproof_pipeline.model.trajectory import GOAL_CHECK, USER_STEP, Trajectory
+from oloproof_pipeline.project import load_project
+from oloproof_pipeline.run.recording import record_case_table
+from oloproof_pipeline.run.replaying import replay_faults
+from oloproof_pipeline.run.simulated_user import simulator_digest
+from oloproof_pipeline.run.system import resolve_system
+from oloproof_pipeline.store.layout import table_path
+from oloproof_pipeline.store.stored import StoredTable
+from oloproof_pipeline.store.tables import case_table, runs_from_table
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE = REPO / "example_project" / "support_conversation"
+VERSION = "standin-1.prompt-1"
+
+
+def load_standin_module():
+    spec = importlib.util.spec_from_file_location("support_conversation_standin", EXAMPLE / "standin.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def standin():
+    server = load_standin_module().StandIn().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def desk(tmp_path: Path) -> Path:
+    target = tmp_path / "support"
+    shutil.copytree(EXAMPLE, target, ignore=shutil.ignore_patterns(".oloproof", "__pycache__"))
+    return target
+
+
+def configure(
+    root: Path, url: str, *, cases: list[str] | None = None, user: dict | None = None, concurrency: int | None = None
+) -> Path:
+    """The example at `root`, its three models at `url` (and the simulator's settings changed)."""
+    config = yaml.safe_load((root / "oloproof.yaml").read_text())
+    if concurrency is not None:
+        config["concurrency"] = {"system": concurrency}
+    config["system"]["model"]["base_url"] = url
+    config["system"]["simulated_user"].update({"base_url": url, **(user or {})})
+    (root / "oloproof.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    if cases is not None:
+        data = root / "data" / "cases.jsonl"
+        kept = [line for line in data.read_text().splitlines() if json.loads(line)["id"] in cases]
+        data.write_text("\n".join(kept) + "\n")
+    return root
+
+
+def record(root: Path, *, fresh: bool = True, run_id: str = "run-1"):
+    """(project, cases, recorded_runs table, its runs by case id, the summary)."""
+    project = load_project(root)
+    cases = load_cases(project)
+    table, summary = record_case_table(project, StoredTable.of(case_table(cases)), version=VERSION, run_id=run_id, fresh=fresh)
+    return project, cases, table, {run.case_id: run for run in runs_from_table(table)}, summary
+
+
+def live(requests: list[dict]) -> int:
+    return sum(1 for request in requests if not request.get("served") and "usage" in request)
+
+
+def test_a_three_turn_conversation_is_recorded_with_its_user_turns(desk, standin):
+    configure(desk, standin.url, cases=["conv-001"])
+    _, _, table, runs, _ = record(desk)
+    run = runs["conv-001"]
+    assert run.status == "ok" and run.output == {"answer": "Done: order ord-001 is refunded."}
+    trajectory = run.trajectory
+    # The customer's three messages, each its own `user` step, between the desk's model turns.
+    assert trajectory.user_turns() == ["Hello, I would like a refund for an order, please.", "Sure, it is ord-001.", "Yes, please go ahead."]
+    assert [said for said, _ in trajectory.conversation()] == ["user", "assistant"] * 3
+    kinds = [step.kind for step in trajectory.steps]
+    assert kinds.count(USER_STEP) == 6  # three messages and three goal checks (the last said yes)
+    assert [request["purpose"] for request in trajectory.user_requests()].count(GOAL_CHECK) == 3
+    assert [call.tool for call in trajectory.calls()] == ["lookup_order", "issue_refund"]
+    assert run.environment_state.state["orders"]["ord-001"]["status"] == "refunded"
+    # The customer's requests are counted apart from the desk's, each as the stand-in saw them.
+    row = table.iloc[0]
+    assert row["model_calls"] == standin.calls("desk") == 5  # ask; look up, confirm; refund, done
+    assert row["user_calls"] == standin.calls("customer") == 6
+    assert row["user_prompt_tokens"] > 0 and row["prompt_tokens"] > 0
+    assert row["simulator_digest"] == simulator_digest(load_project(desk).config.system.simulated_user)
+    # The desk never sees the persona: its requests hold the customer's messages only.
+    desk_requests = [body for body in standin.requests if body["model"] == "desk"]
+    assert all("persona" not in json.dumps(body) and "ord-001" not in body["messages"][1]["content"] for body in desk_requests)
+
+
+def test_replays_serve_the_conversation_from_the_recording_until_the_fault(desk, standin):
+    """The control replay makes no model call at all; the faulted one asks the desk and the
+    customer live from the fault on (the desk sees the error, so everything after differs)."""
+    configure(desk, standin.url, cases=["conv-001", "conv-003", "conv-007"])
+    project, cases, _, runs, _ = record(desk)
+    desk_calls, customer_calls = standin.calls("desk"), standin.calls("customer")
+
+    table, _ = replay_faults(project, cases, list(runs.values()), version=VERSION, run_id="run-2")
+    replayed = table[table["control_status"].notna()]
+    assert sorted(replayed["case_id"]) == ["conv-001", "conv-003"]  # conv-007 never refunds
+    for row in replayed.itertuples():
+        control = Trajectory.model_validate(json.loads(row.control_trajectory))
+        faulted = Trajectory.model_validate(json.loads(row.faulted_trajectory))
+        recording = runs[row.case_id].trajectory
+        assert control.user_turns() == recording.user_turns() and control.call_signatures() == recording.call_signatures()
+        assert live(control.model_turns()) == 0 and live(control.user_requests()) == 0
+        # Before the fault every user request is served; after it the desk is asked twice (the
+        # injected error, then its answer) and the customer once (the goal check, met).
+        assert live(faulted.model_turns()) == 2 and live(faulted.user_requests()) == 1
+        assert faulted.user_turns() == recording.user_turns()
+        assert [call.tool for call in faulted.calls()] == ["lookup_order", "issue_refund", "escalate_to_human"]
+        assert row.outcome == PASS and row.reason == "escalated"
+    assert standin.calls("desk") == desk_calls + 2 * len(replayed)
+    assert standin.calls("customer") == customer_calls + len(replayed)
+
+
+def test_changed_simulator_settings_re_record_under_the_same_version(desk, standin):
+    configure(desk, standin.url, cases=["conv-001", "conv-008"])
+    project, _, first, _, _ = record(desk, fresh=False)
+    version, code = resolve_system(project).version, system_code_fingerprint(project).digest
+    calls = len(standin.requests)
+    _, _, again, _, summary = record(desk, fresh=False, run_id="run-2")
+    assert len(standin.requests) == calls and summary.new == 0  # nothing changed: reused
+
+    configure(desk, standin.url, user={"temperature": 0.2})
+    project, _, changed, runs, summary = record(desk, fresh=False, run_id="run-3")
+    assert summary.new == 2 and summary.reasons() == ["2 cases re-recorded: simulated user changed"]
+    assert resolve_system(project).version == version == VERSION  # the system's version is not the simulator's
+    assert system_code_fingerprint(project).digest == code  # nor is its code
+    assert set(changed["simulator_digest"]).isdisjoint(set(first["simulator_digest"]))
+    assert set(changed["recording_key"]).isdisjoint(set(first["recording_key"]))
+    assert {run.status for run in runs.values()} == {"ok"}
+
+    # The key, the timeout and the retries do not change the conversation: nothing re-recorded.
+    configure(desk, standin.url, user={"timeout_s": 5, "retries": 1})
+    _, _, _, _, summary = record(desk, fresh=False, run_id="run-4")
+    assert summary.new == 0
+
+
+def test_a_simulator_that_fails_costs_its_case_never_a_pass(desk, standin, instance):
+    configure(desk, standin.url, cases=["conv-001", "conv-003"])
+    standin.garbled_user = True  # the customer answers "%%%", its goal check too
+    _, _, _, runs, _ = record(desk)
+    for run in runs.values():
+        assert run.status == "error" and "goal check answered '%%%', not yes or no" in run.error
+
+    standin.garbled_user = False
+    # One case at a time, so the refusal meets conv-001's first request: its customer's opening.
+    configure(desk, standin.url, user={"retries": 0}, concurrency=1)
+    standin.failures.extend([503])
+    _, _, _, runs, _ = record(desk)
+    assert runs["conv-001"].status == "error" and "simulated user's model call failed" in runs["conv-001"].error
+    assert runs["conv-003"].status == "ok"  # its persona opens: its first request is the desk's
+
+    # A case without a persona in its input is that case's error, naming the field; every
+    # verdict of a failed case is MISSING through the whole graph.
+    data = desk / "data" / "cases.jsonl"
+    rows = [json.loads(line) for line in data.read_text().splitlines()]
+    rows[0]["input"] = {"message": "no persona here"}
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    _, _, _, runs, _ = record(desk)
+    assert runs["conv-001"].status == "error" and "needs a 'persona' object in its input" in runs["conv-001"].error
+    assert run_evaluation(desk, instance=instance).success
+    verdicts = pd.read_parquet(table_path(desk, "verdicts", VERSION))
+    assert set(verdicts.loc[verdicts["case_id"] == "conv-001", "outcome"]) == {MISSING}
+
+
+def test_a_rerun_makes_zero_desk_or_customer_calls(desk, standin, instance):
+    configure(desk, standin.url)
+    evaluation = run_evaluation(desk, instance=instance)
+    assert evaluation.errors == [] and evaluation.success
+    runs = pd.read_parquet(table_path(desk, "recorded_runs", VERSION))
+    assert set(runs["status"]) == {"ok"} and len(runs) == 12
+    assert runs["user_calls"].sum() + live_after_faults(desk, "user") == standin.calls("customer")
+    assert runs["model_calls"].sum() + live_after_faults(desk, "model") == standin.calls("desk")
+    stored = Trajectory.model_validate(json.loads(runs.loc[runs["case_id"] == "conv-002", "trajectory"].iloc[0]))
+    assert len(stored.user_turns()) == 3
+    gate = pd.read_parquet(table_path(desk, "gate", VERSION))
+    assert set(gate["gate_decision"]) == {"ALLOW"}  # the documented decision (README), before the rubric judge
+
+    before = len(standin.requests)
+    assert run_evaluation(desk, instance=instance).success
+    assert len(standin.requests) == before
+
+
+def live_after_faults(root: Path, kind: str) -> int:
+    replays = pd.read_parquet(table_path(root, "fault_replays", VERSION))
+    total = 0
+    for text in replays["faulted_trajectory"].dropna():
+        trajectory = Trajectory.model_validate(json.loads(text))
+        total += live(trajectory.user_requests() if kind == "user" else trajectory.model_turns())
+    return total
+
+
+def test_an_oloproof_simulated_user_loads_with_its_own_keys(desk):
+    config = yaml.safe_load((desk / "oloproof.yaml").read_text())
+    # Oloproof's keys, every one of them, as an Oloproof project writes them.
+    config["system"]["simulated_user"] = {
+        "provider": "openai_compatible", "model": "customer", "base_url": "http://127.0.0.1:9/v1",
+        "api_key_env": "CUSTOMER_KEY", "temperature": 0.7, "max_tokens": 300, "timeout_s": 60.0, "max_turns": 8,
+        "persona_field": "persona", "instructions": "Write in English.",
+    }
+    (desk / "oloproof.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    loaded = load_project(desk).config.system.simulated_user
+    assert loaded.max_turns == 8 and loaded.instructions == "Write in English."
+
+    config["system"]["simulated_user"]["provider"] = "anthropic"
+    (desk / "oloproof.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    with pytest.raises(ProjectError) as refused:
+        load_project(desk)
+    assert "simulated_user" in str(refused.value) and "'anthropic' is not supported yet" in str(refused.value)
+
+    config["system"]["simulated_user"] = {"provider": "openai_compatible", "model": "customer", "persona": "x"}
+    (desk / "oloproof.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    with pytest.raises(ProjectError) as unknown:
+        load_project(desk)
+    assert "system.simulated_user.persona: unknown key" in str(unknown.value)
+    config["system"]["simulated_user"] = {"provider": "openai_compatible", "model": "customer"}
+    (desk / "oloproof.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    with pytest.raises(ProjectError) as no_endpoint:
+        load_project(desk)
+    assert "system.simulated_user" in str(no_endpoint.value) and "needs a 'base_url'" in str(no_endpoint.value)
+
+
+def test_the_example_ships_with_the_package():
+    """What `oloproof init X --example support-conversation` copies: a package with its data."""
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    package = "oloproof_pipeline.example_project.support_conversation"
+    assert package in pyproject["tool"]["setuptools"]["packages"]
+    shipped = pyproject["tool"]["setuptools"]["package-data"][package]
+    for pattern in shipped:
+        assert list(EXAMPLE.glob(pattern)), pattern
+    files = {path.relative_to(EXAMPLE).as_posix() for path in EXAMPLE.rglob("*") if path.is_file() and "__pycache__" not in path.parts}
+    assert {"oloproof.yaml", "release.yaml", "rubric.yaml", "standin.py", "app.py", "prompts/desk.md", "data/cases.jsonl"} <= files
