@@ -254,3 +254,122 @@ def test_the_example_ships_with_the_package():
         assert list(EXAMPLE.glob(pattern)), pattern
     files = {path.relative_to(EXAMPLE).as_posix() for path in EXAMPLE.rglob("*") if path.is_file() and "__pycache__" not in path.parts}
     assert {"oloproof.yaml", "release.yaml", "rubric.yaml", "standin.py", "app.py", "prompts/desk.md", "data/cases.jsonl"} <= files
+
+
+# -- a Python system asks for the user's messages itself -----------------------------------------
+
+TOOLBOX_DESK = '''
+import copy
+import re
+
+from oloproof_pipeline.toolbox import ToolBox, simulated_user
+
+
+class Desk:
+    """The desk as Python: it converses with the case's simulated user through the hook."""
+
+    def __init__(self):
+        self.orders = {}
+        self.toolbox = ToolBox({"lookup_order": self.lookup_order, "issue_refund": self.issue_refund})
+
+    def reset(self, state):
+        self.orders = state["orders"]
+
+    def snapshot(self):
+        return {"orders": copy.deepcopy(self.orders)}
+
+    def lookup_order(self, order_id):
+        return copy.deepcopy(self.orders[order_id])
+
+    def issue_refund(self, order_id):
+        self.orders[order_id]["status"] = "refunded"
+        return {"status": "refunded"}
+
+    def __call__(self, case_input):
+        user = simulated_user()
+        said, answer = user.opening(), None
+        while said is not None:
+            orders = re.findall(r"ord-[0-9]+", said)
+            if not orders:
+                answer = "I'm sorry to hear that. Could you give me your order number?"
+            else:
+                self.toolbox.call("lookup_order", order_id=orders[0])
+                result = self.toolbox.call("issue_refund", order_id=orders[0])
+                answer = f"Done: order {orders[0]} is refunded." if "error" not in result else "A colleague will contact you."
+            said = user.reply(answer)
+        return {"answer": answer}
+'''
+
+OLOPROOF_DESK = '''
+import re
+
+from oloproof import current_case
+
+
+class Desk:
+    """Written for Oloproof: the simulated user is `current_case().simulated_user()`."""
+
+    def __call__(self, case_input):
+        user = current_case().simulated_user()
+        said, answer = user.opening(), None
+        while said is not None:
+            orders = re.findall(r"ord-[0-9]+", said)
+            answer = f"Done: order {orders[0]} is refunded." if orders else "Could you give me your order number?"
+            said = user.reply(answer)
+        return {"answer": answer}
+'''
+
+
+def python_desk(root: Path, url: str, source: str, evaluators: list[dict]) -> Path:
+    """The example's cases (conv-001: the customer opens; conv-003: its persona does), its
+    desk replaced by a Python system, the customer at `url`."""
+    configure(root, url, cases=["conv-001", "conv-003"])
+    (root / "python_desk.py").write_text(source)
+    config = yaml.safe_load((root / "oloproof.yaml").read_text())
+    user = config["system"]["simulated_user"]
+    config["system"] = {"name": "python-desk", "version": "py-1", "callable": "python_desk:Desk", "simulated_user": user}
+    config["evaluators"] = evaluators
+    (root / "oloproof.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    (root / "release.yaml").unlink()
+    return root
+
+
+def record_python(root: Path):
+    project = load_project(root)
+    cases = load_cases(project)
+    table, _ = record_case_table(project, StoredTable.of(case_table(cases)), version="py-1", run_id="run-1", fresh=True)
+    return project, cases, table, {run.case_id: run for run in runs_from_table(table)}
+
+
+def test_a_python_system_converses_through_the_hook_and_replays_from_the_recording(desk, standin):
+    fault = {"type": "fault_recovery", "tool": "issue_refund", "fault": "error", "escalate_tools": []}
+    python_desk(desk, standin.url, TOOLBOX_DESK, [{"type": "state_matches", "mode": "subset", "criterion": "state_correct"}, fault])
+    project, cases, table, runs = record_python(desk)
+    first = runs["conv-001"]
+    assert first.status == "ok", first.error
+    assert first.output == {"answer": "Done: order ord-001 is refunded."}
+    assert first.trajectory.user_turns() == ["Hello, I would like a refund for an order, please.", "Sure, it is ord-001."]
+    # The user's requests sit in the tool box's trajectory in the order they were made.
+    kinds = [step.kind for step in first.trajectory.steps]
+    assert kinds == ["user", "user", "user", "tool_call", "tool_result", "tool_call", "tool_result", "user"]
+    assert runs["conv-003"].trajectory.user_turns()[0].startswith("Hi, order ord-003")  # the persona's opening
+    assert table["user_calls"].sum() == standin.calls("customer") == 4 + 1  # conv-003 opens with its persona
+    assert table["model_calls"].isna().all()  # no model of the system's own
+
+    calls = standin.calls("customer")
+    replays, _ = replay_faults(project, cases, list(runs.values()), version="py-1", run_id="run-2")
+    for row in replays.itertuples():
+        control = Trajectory.model_validate(json.loads(row.control_trajectory))
+        faulted = Trajectory.model_validate(json.loads(row.faulted_trajectory))
+        assert row.control_status == "ok" and live(control.user_requests()) == 0
+        assert live(faulted.user_requests()) == 1  # the goal check after the answer the fault changed
+    assert standin.calls("customer") == calls + len(replays)
+
+
+def test_a_system_written_for_oloproof_gets_its_simulated_user_from_current_case(desk, standin):
+    python_desk(desk, standin.url, OLOPROOF_DESK, [{"type": "exact_match", "criterion": "answer", "field": "answer", "expected_field": "expected.answer"}])
+    _, _, table, runs = record_python(desk)
+    run = runs["conv-001"]
+    assert run.status == "ok" and run.output == {"answer": "Done: order ord-001 is refunded."}
+    assert run.trajectory.user_turns() == ["Hello, I would like a refund for an order, please.", "Sure, it is ord-001."]
+    assert table["user_calls"].sum() == standin.calls("customer")

@@ -31,7 +31,6 @@ no arguments) whose instance holds the state and has:
 from __future__ import annotations
 
 import json
-from collections import defaultdict, deque
 from pathlib import Path
 from typing import Any
 
@@ -44,8 +43,8 @@ from ..model.modules import load_callable
 from ..model.trajectory import MODEL_STEP, Step
 from ..endpoints.chat import SHOWN_BODY_CHARS, ChatModel, api_key
 from ..endpoints.deadline import check_deadline
-from .simulated_user import SimulatedUser, persona_of, simulator_model
-from .toolbox import ReplayScript, ToolBox
+from .simulated_user import RecordedResponses, SimulatedUser, persona_of, simulator_model
+from .toolbox import ToolBox
 
 REQUEST_TAG = "chat_request/v1"
 
@@ -78,28 +77,6 @@ def chat_agent_class(project_root: Path, tools: str, settings: dict[str, Any]) -
     class is, with no arguments."""
     bound = {"project_root": project_root, "tools_name": tools, "settings": ChatAgentSettings.model_validate(settings)}
     return type("ChatAgent", (ChatAgent,), bound)
-
-
-# -- recorded responses ---------------------------------------------------------------------
-
-
-class RecordedResponses:
-    """A recording's model turns (or its simulated user's requests) by request digest: what
-    a replay is answered from."""
-
-    def __init__(self, replay: ReplayScript | None, *, user: bool = False):
-        self._turns: dict[str, deque[dict[str, Any]]] = defaultdict(deque)
-        if replay is not None and replay.recording is not None:
-            recording = replay.recording
-            for turn in recording.user_requests() if user else recording.model_turns():
-                self._turns[turn.get("request_digest")].append(turn)
-
-    def take(self, request_digest: str) -> dict[str, Any] | None:
-        """The recorded answer to this very request (each served once), or None."""
-        waiting = self._turns.get(request_digest)
-        if not waiting:
-            return None
-        return {**waiting.popleft(), "served": True}
 
 
 # -- the agent ------------------------------------------------------------------------------

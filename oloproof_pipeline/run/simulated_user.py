@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+from collections import defaultdict, deque
 from typing import Any, Callable
 from urllib.parse import urlparse
 
@@ -31,7 +33,8 @@ from pydantic import ValidationError
 from ..endpoints.chat import ChatModel, ModelUnavailable, api_key
 from ..model.config import Persona, SimulatedUserConfig
 from ..model.digests import digest
-from ..model.trajectory import GOAL_CHECK, USER_MESSAGE, USER_STEP, Step
+from ..model.trajectory import GOAL_CHECK, USER_MESSAGE, USER_STEP, Step, Trajectory
+from .toolbox import ReplayScript, ToolBox
 
 REQUEST_TAG = "simulated_user_request/v1"
 # Bump when the prompts or the protocol change, so earlier conversations are not reused.
@@ -73,6 +76,25 @@ Served = Callable[[str], "dict[str, Any] | None"]
 
 class SimulatedUserFailed(Exception):
     """The simulated user could not go on: the case is an error (MISSING), never a pass."""
+
+
+class RecordedResponses:
+    """A recording's model turns (or its simulated user's requests) by request digest: what
+    a replay is answered from."""
+
+    def __init__(self, replay: ReplayScript | None, *, user: bool = False):
+        self._turns: dict[str, deque[dict[str, Any]]] = defaultdict(deque)
+        if replay is not None and replay.recording is not None:
+            recording = replay.recording
+            for turn in recording.user_requests() if user else recording.model_turns():
+                self._turns[turn.get("request_digest")].append(turn)
+
+    def take(self, request_digest: str) -> dict[str, Any] | None:
+        """The recorded answer to this very request (each served once), or None."""
+        waiting = self._turns.get(request_digest)
+        if not waiting:
+            return None
+        return {**waiting.popleft(), "served": True}
 
 
 def simulator_digest(config: SimulatedUserConfig | None) -> str | None:
@@ -132,12 +154,40 @@ class SimulatedUser:
         self._asked: list[str] = []
         self._answers: list[str] = []
         self.ended: str | None = None
+        # The first failure, kept so the case fails even if a system catches it (as Oloproof does).
+        self.failure: SimulatedUserFailed | None = None
 
     @property
     def turns(self) -> int:
         return len(self._asked)
 
     def opening(self) -> str:
+        """The user's first message (the persona's `opening`, when it has one)."""
+        return self._kept(self._opening)
+
+    def reply(self, answer: Any) -> str | None:
+        """The user's next message after the system's `answer`, or None once it has stopped."""
+        return self._kept(lambda: self._reply(_text(answer)))
+
+    def end(self, answer: Any) -> None:
+        """The system's last answer, ending the conversation from its side (a handoff)."""
+        self._answers.append(_text(answer))
+        self.ended = "system_ended"
+
+    def _kept(self, step: Callable[[], Any]) -> Any:
+        if self.failure is not None:
+            raise self.failure
+        if self.ended is not None:
+            raise SimulatedUserFailed(f"the conversation has ended ({self.ended}); stop calling reply()")
+        try:
+            return step()
+        except SimulatedUserFailed as failure:
+            self.failure = failure
+            raise
+
+    def _opening(self) -> str:
+        if self._asked:
+            raise SimulatedUserFailed("opening() was already called; pass each answer to reply()")
         if self.persona.opening is not None:
             message: str | None = self.persona.opening
             self._note(Step(kind=USER_STEP, text=message, result={"purpose": USER_MESSAGE, "opening": True}))
@@ -148,8 +198,9 @@ class SimulatedUser:
         self._asked.append(message)
         return message
 
-    def reply(self, answer: str) -> str | None:
-        """The user's next message after the system's `answer`, or None once it has stopped."""
+    def _reply(self, answer: str) -> str | None:
+        if len(self._answers) != len(self._asked) - 1:
+            raise SimulatedUserFailed("call opening() before passing an answer to reply()")
         self._answers.append(answer)
         if self._goal_met():
             self.ended = "goal_reached"
@@ -219,3 +270,70 @@ class SimulatedUser:
         for asked, answer in zip(self._asked, self._answers):
             messages += [{"role": "assistant", "content": asked}, {"role": "user", "content": answer}]
         return messages
+
+
+def _text(answer: Any) -> str:
+    return answer if isinstance(answer, str) else json.dumps(answer, sort_keys=True)
+
+
+# -- a Python system's hook ----------------------------------------------------------------------
+
+_current = threading.local()
+
+
+def simulated_user() -> SimulatedUser:
+    """The current case's simulated user, for a Python system to converse with:
+    `user = simulated_user(); said = user.opening()`, then `said = user.reply(answer)` until it
+    gives None (`from oloproof_pipeline.toolbox import simulated_user`)."""
+    user = getattr(_current, "user", None)
+    if user is None:
+        raise SimulatedUserFailed("no simulated user: declare system.simulated_user in oloproof.yaml (and call this during a case)")
+    return user
+
+
+def current_simulated_user() -> SimulatedUser | None:
+    return getattr(_current, "user", None)
+
+
+class ConversingSystem:
+    """A Python system with `system.simulated_user`: each call runs with its case's simulated
+    user at hand (`simulated_user()`). Its requests are steps of the tool box's trajectory when
+    the system has one (in order, and served in a replay from the recording); otherwise they
+    follow the steps the system reports. Everything else is the system's own."""
+
+    def __init__(self, system: Any, config: dict[str, Any]):
+        self._system = system
+        self._config = SimulatedUserConfig.model_validate(config)
+        self._model: ChatModel | None = None
+        self._steps: list[Step] = []
+
+    def __call__(self, case_input: Any) -> Any:
+        toolbox = getattr(self._system, "toolbox", None)
+        toolbox = toolbox if isinstance(toolbox, ToolBox) else None
+        self._steps = []
+        persona = persona_of(self._config, case_input)
+        if self._model is None:
+            self._model = simulator_model(self._config, 1)
+        served = RecordedResponses(toolbox.replaying if toolbox is not None else None, user=True).take
+        note = toolbox.note if toolbox is not None else self._steps.append
+        user = SimulatedUser(self._config, persona, seed_of=case_input, model=self._model, served=served, note=note)
+        _current.user = user
+        try:
+            output = self._system(case_input)
+        finally:
+            _current.user = None
+        if user.failure is not None:  # caught by the system: the case fails all the same
+            raise user.failure
+        return output
+
+    def trajectory(self) -> dict[str, Any] | None:
+        """A system without a tool box: the trajectory it reports, its user's requests after."""
+        reader = getattr(self._system, "trajectory", None)
+        reported = reader() if callable(reader) else None
+        own = Trajectory.model_validate(reported) if reported is not None else Trajectory()
+        return own.model_copy(update={"steps": [*own.steps, *self._steps]}).model_dump(mode="json")
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):  # not forwarded: the wrapper's own state (copying, pickling)
+            raise AttributeError(name)
+        return getattr(self._system, name)
