@@ -19,7 +19,7 @@ from oloproof_pipeline.defs.launch import run_evaluation
 from oloproof_pipeline.model.cases import load_cases
 from oloproof_pipeline.model.errors import ProjectError
 from oloproof_pipeline.model.fingerprints import system_code_fingerprint
-from oloproof_pipeline.model.outcomes import MISSING, PASS
+from oloproof_pipeline.model.outcomes import EXCLUDED, MISSING, PASS
 from oloproof_pipeline.model.trajectory import GOAL_CHECK, USER_STEP, Trajectory
 from oloproof_pipeline.project import load_project
 from oloproof_pipeline.run.recording import record_case_table
@@ -373,3 +373,24 @@ def test_a_system_written_for_oloproof_gets_its_simulated_user_from_current_case
     assert run.status == "ok" and run.output == {"answer": "Done: order ord-001 is refunded."}
     assert run.trajectory.user_turns() == ["Hello, I would like a refund for an order, please.", "Sure, it is ord-001."]
     assert table["user_calls"].sum() == standin.calls("customer")
+
+
+def test_a_metamorphic_pair_of_conversations_compares_their_end_states(desk, standin, instance):
+    """A copy whose persona is changed (a hurried customer) is a conversation of its own,
+    recorded with its user turns and compared with its source's by the world it leaves."""
+    configure(desk, standin.url, cases=["conv-001", "conv-011"])
+    config = yaml.safe_load((desk / "oloproof.yaml").read_text())
+    config["metamorphic"] = {"transforms": [{"name": "hurried", "field": "persona.goal", "template": "{value} Be quick about it."}]}
+    config["evaluators"].append({"type": "metamorphic_relation", "relation": "same_state", "transform": "hurried"})
+    (desk / "oloproof.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    assert run_evaluation(desk, instance=instance).errors == []
+    runs = pd.read_parquet(table_path(desk, "recorded_runs", VERSION))
+    assert sorted(runs["case_id"]) == ["conv-001", "conv-001~hurried", "conv-011", "conv-011~hurried"]
+    copy = Trajectory.model_validate(json.loads(runs.loc[runs["case_id"] == "conv-001~hurried", "trajectory"].iloc[0]))
+    assert len(copy.user_turns()) == 3
+    # The customer's prompt differs (its goal), so the copy's requests were its own, asked live.
+    assert live(copy.user_requests()) == 6
+    verdicts = pd.read_parquet(table_path(desk, "verdicts", VERSION))
+    pairs = verdicts[verdicts["criterion"] == "same_state_under_hurried"]
+    outcomes = dict(zip(pairs["case_id"], pairs["outcome"]))
+    assert outcomes == {"conv-001": EXCLUDED, "conv-011": EXCLUDED, "conv-001~hurried": PASS, "conv-011~hurried": PASS}
