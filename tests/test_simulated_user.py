@@ -394,3 +394,28 @@ def test_a_metamorphic_pair_of_conversations_compares_their_end_states(desk, sta
     pairs = verdicts[verdicts["criterion"] == "same_state_under_hurried"]
     outcomes = dict(zip(pairs["case_id"], pairs["outcome"]))
     assert outcomes == {"conv-001": EXCLUDED, "conv-011": EXCLUDED, "conv-001~hurried": PASS, "conv-011~hurried": PASS}
+
+
+def test_the_standin_judges_oloproofs_llm_judge_prompt(desk, standin):
+    """The judge protocol the rubric_judge of rubric.yaml speaks: one user message, Oloproof's
+    llm_judge TEMPLATE filled in, answered {"pass", "rationale"}. The desk's flaw (a refund
+    claimed above 200 USD, where it only escalated) fails exactly those two conversations."""
+    from oloproof_core.evaluators.llm_judge import TEMPLATE
+
+    from oloproof_pipeline.endpoints.chat import ChatModel
+    from oloproof_pipeline.model.config import ChatModelConfig
+
+    configure(desk, standin.url)
+    _, cases, _, runs, _ = record(desk)
+    rubric = yaml.safe_load((desk / "rubric.yaml").read_text())["evaluators"][0]
+    judge = ChatModel(ChatModelConfig(base_url=standin.url, name=rubric["model"], temperature=0), None)
+    verdicts = {}
+    for case in cases:
+        prompt = TEMPLATE.format(
+            rubric=rubric["rubric_text"], input=json.dumps(case.input, sort_keys=True),
+            expected=json.dumps(case.expected, sort_keys=True), output=json.dumps(runs[case.case_id].output, sort_keys=True),
+        )
+        answer = judge.complete({"model": rubric["model"], "messages": [{"role": "user", "content": prompt}], "temperature": 0})
+        verdicts[case.case_id] = json.loads(answer["message"]["content"])["pass"]
+    assert [case_id for case_id, passed in verdicts.items() if not passed] == ["conv-011", "conv-012"]
+    assert standin.calls("judge") == len(cases) == 12
