@@ -30,6 +30,8 @@ from oloproof_pipeline.store.layout import table_path
 from oloproof_pipeline.store.stored import StoredTable
 from oloproof_pipeline.store.tables import case_table, runs_from_table
 
+from test_day_thirty import latest
+
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "example_project" / "support_conversation"
 VERSION = "standin-1.prompt-1"
@@ -197,6 +199,10 @@ def test_a_rerun_makes_zero_desk_or_customer_calls(desk, standin, instance):
     assert runs["model_calls"].sum() + live_after_faults(desk, "model") == standin.calls("desk")
     stored = Trajectory.model_validate(json.loads(runs.loc[runs["case_id"] == "conv-002", "trajectory"].iloc[0]))
     assert len(stored.user_turns()) == 3
+    # The version's usage in the materialization's metadata: the desk's and the customer's apart.
+    metadata = latest(instance, "recorded_runs", project="support_conversation")
+    assert metadata["user_calls"] == runs["user_calls"].sum() and metadata["model_calls"] == runs["model_calls"].sum()
+    assert metadata["user_prompt_tokens"] == runs["user_prompt_tokens"].sum()
     gate = pd.read_parquet(table_path(desk, "gate", VERSION))
     assert set(gate["gate_decision"]) == {"ALLOW"}  # the documented decision (README), before the rubric judge
 

@@ -174,6 +174,17 @@ class SimulatedUser:
         self._answers.append(_text(answer))
         self.ended = "system_ended"
 
+    # Oloproof's asynchronous protocol, for an async system (each request still runs here).
+
+    async def aopening(self) -> str:
+        return self.opening()
+
+    async def areply(self, answer: Any) -> str | None:
+        return self.reply(answer)
+
+    async def aend(self, answer: Any) -> None:
+        self.end(answer)
+
     def _kept(self, step: Callable[[], Any]) -> Any:
         if self.failure is not None:
             raise self.failure
