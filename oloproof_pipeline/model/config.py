@@ -87,6 +87,67 @@ class ChatAnswerConfig(StrictModel):
     field: str = "answer"
 
 
+# -- system.simulated_user (a model playing each case's persona; run/simulated_user.py) ------
+
+# Oloproof's own: how many messages a simulated user sends when neither case nor project says.
+DEFAULT_USER_TURNS = 8
+OPENAI_BASE_URL = "https://api.openai.com/v1"
+
+
+class SimulatedUserConfig(StrictModel):
+    """Oloproof's `system.simulated_user`: the model that plays each case's persona, declared
+    like a judge. Its settings are part of each recording's cache key, not of the system's
+    version. `retries` and `backoff_s` are ours (as `system.model` has them)."""
+
+    provider: Literal["anthropic", "openai", "openai_compatible"]
+    model: str = Field(min_length=1)
+    base_url: str | None = Field(default=None, pattern=r"^https?://")
+    api_key_env: str | None = None
+    temperature: float = Field(default=0.7, ge=0, le=2)
+    max_tokens: int = Field(default=300, ge=1)
+    timeout_s: float = Field(default=60.0, gt=0)
+    max_turns: int = Field(default=DEFAULT_USER_TURNS, ge=1, le=100)
+    persona_field: str = Field(default="persona", min_length=1)
+    instructions: str | None = None
+    retries: int = Field(default=3, ge=0, le=10)
+    backoff_s: float = Field(default=1.0, ge=0, le=60)
+
+    @model_validator(mode="after")
+    def _a_client_for_the_provider(self) -> "SimulatedUserConfig":
+        if self.provider == "anthropic":
+            raise ValueError("provider 'anthropic' is not supported yet: use 'openai_compatible' (or 'openai')")
+        if self.provider == "openai_compatible" and self.base_url is None:
+            raise ValueError("provider 'openai_compatible' needs a 'base_url'")
+        return self
+
+    @property
+    def endpoint(self) -> str:
+        return self.base_url or OPENAI_BASE_URL
+
+    def as_chat_model(self) -> "ChatModelConfig":
+        """The endpoint as the chat-completions client takes it (endpoints/chat.py)."""
+        return ChatModelConfig(
+            base_url=self.endpoint, name=self.model, api_key_env=self.api_key_env, temperature=self.temperature,
+            request_timeout_s=min(self.timeout_s, 3600), retries=self.retries, backoff_s=self.backoff_s,
+        )
+
+
+UserText = Annotated[str, Field(min_length=1)]
+
+
+class Persona(StrictModel):
+    """Oloproof's persona, read from each case's input (`persona_field`): who the simulated
+    user is and what they want. `facts` are shared only when the conversation needs them;
+    `opening`, when given, is the first message word for word; `max_turns` overrides the
+    project's for this case. The system never sees it."""
+
+    description: UserText
+    goal: UserText
+    facts: dict[str, Any] = Field(default_factory=dict)
+    opening: UserText | None = None
+    max_turns: int | None = Field(default=None, ge=1, le=100)
+
+
 class SystemConfig(StrictModel):
     name: str
     version: str | None = None
@@ -105,6 +166,9 @@ class SystemConfig(StrictModel):
     tools: str | None = Field(default=None, pattern=MODULE_ATTRIBUTE)
     max_turns: int = Field(default=12, ge=1, le=200)
     answer: ChatAnswerConfig = Field(default_factory=ChatAnswerConfig)
+    # Oloproof's: a model plays each case's persona (a chat agent's conversation is run by the
+    # pipeline; a Python system asks for the user's messages itself).
+    simulated_user: SimulatedUserConfig | None = None
 
     @model_validator(mode="before")
     @classmethod

@@ -1,7 +1,7 @@
 """Oloproof's keys that oloproof_pipeline does not support yet, in one place.
 
 Oloproof 0.1.0a20's `oloproof.yaml` and `release.yaml` accept more than this pipeline does
-(HTTP and RAG systems, simulated users, predictive metrics, approval and
+(HTTP and RAG systems, predictive metrics, approval and
 paired-difference settings). Such a key is told apart from a typo: a person moving a project
 over learns that the feature is missing, not that they misspelt it.
 
@@ -18,7 +18,7 @@ UNSUPPORTED_OLOPROOF_KEYS = frozenset(
         "suite_role", "metrics", "predictive", "replicates",
         "egress", "adversarial",
         "system.http", "system.rag", "system.recorded", "system.held", "system.config",
-        "system.timeout_s", "system.per_step", "system.simulated_user", "system.environment",
+        "system.timeout_s", "system.per_step", "system.environment",
         # release.yaml
         "early_stopping", "early_stopping_seed", "early_stopping_batch_size", "difference_method",
         "block_on", "warn_on", "block_on_partial_run", "require_validated_evaluators",

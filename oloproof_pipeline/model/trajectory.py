@@ -13,6 +13,11 @@ TerminalStatus = Literal["success", "failure", "truncated"]
 # A chat agent's model turn (run/chat_agent.py): `result` holds the request's digest, the
 # response, its token usage and latency, and whether it was served from the recording.
 MODEL_STEP = "model"
+# A simulated user's request (run/simulated_user.py): `text` holds the user's message (None for
+# the question whether its goal was met, `result["purpose"] == "goal_check"`); `result` holds
+# the request's digest and the response as a model turn's does, kept apart from the system's.
+USER_STEP = "user"
+USER_MESSAGE, GOAL_CHECK = "message", "goal_check"
 Item = TypeVar("Item")
 
 
@@ -63,7 +68,8 @@ class EventAt:
 
 
 class Step(BaseModel):
-    """One thing that happened. `kind` is `tool_call`, `tool_result`, `event` or `message`."""
+    """One thing that happened. `kind` is `tool_call`, `tool_result`, `event`, `message`,
+    `model` (a chat agent's model turn) or `user` (a simulated user's request)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -152,6 +158,40 @@ class Trajectory(BaseModel):
             "prompt_tokens": sum(int(each.get("prompt_tokens") or 0) for each in usage),
             "completion_tokens": sum(int(each.get("completion_tokens") or 0) for each in usage),
             "model_latency_s": round(sum(float(turn.get("latency_s") or 0.0) for turn in live), 6),
+        }
+
+    def user_requests(self) -> list[dict[str, Any]]:
+        """Every request to the simulated user's model (its messages and its goal checks)."""
+        return [step.result for step in self.steps if step.kind == USER_STEP and isinstance(step.result, dict)]
+
+    def user_turns(self) -> list[str]:
+        """The simulated user's messages, in order (the persona's opening among them)."""
+        return [step.text for step in self.steps if step.kind == USER_STEP and step.text is not None]
+
+    def conversation(self) -> list[tuple[str, str]]:
+        """(`user` | `assistant`, text) per message: each simulated user's message, and each
+        answer of the system's model that called no tool (what the user was told)."""
+        said = []
+        for step in self.steps:
+            if step.kind == USER_STEP and step.text is not None:
+                said.append(("user", step.text))
+            elif step.kind == MODEL_STEP and isinstance(step.result, dict):
+                message = step.result.get("message") or {}
+                if not message.get("tool_calls"):
+                    said.append(("assistant", str(message.get("content") or "")))
+        return said
+
+    def user_usage(self) -> dict[str, Any]:
+        """The simulated user's requests made live, and their tokens: kept apart from the
+        system's model usage (None each for a trajectory with no simulated user)."""
+        requests = self.user_requests()
+        if not requests:
+            return dict.fromkeys(("user_calls", "user_prompt_tokens", "user_completion_tokens"))
+        usage = [request.get("usage") or {} for request in requests if not request.get("served") and "usage" in request]
+        return {
+            "user_calls": len(usage),
+            "user_prompt_tokens": sum(int(each.get("prompt_tokens") or 0) for each in usage),
+            "user_completion_tokens": sum(int(each.get("completion_tokens") or 0) for each in usage),
         }
 
     def failed_constraints(self) -> list[RecordedConstraint]:

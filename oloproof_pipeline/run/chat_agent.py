@@ -6,6 +6,12 @@ the tool box (so state, trajectory, checkpoints, faults and events work as for a
 agent) and its result handed back, until the model answers without a tool call (the case's
 output) or `max_turns` model turns have passed (`truncated`).
 
+With `system.simulated_user` the case is a conversation (run/simulated_user.py): the simulated
+user opens, the loop above answers each of its messages (up to `max_turns` model turns per
+answer), and the user answers back, until it stops (its goal met, it left, or its turn budget
+spent); the last answer is the case's output. Each user request is a step of kind `user`,
+answered in a replay from the recording by digest exactly as the model turns are.
+
 Every model turn is a step of kind `model` in the trajectory, holding the digest of the request
 and the response. A replay re-sends the same requests and is answered from the recording by
 digest: a control replay reproduces the recording by construction, with no model call; a
@@ -25,13 +31,12 @@ no arguments) whose instance holds the state and has:
 from __future__ import annotations
 
 import json
-from collections import defaultdict, deque
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from ..model.config import PROJECT_FILE, ChatAnswerConfig, ChatModelConfig, SystemConfig
+from ..model.config import PROJECT_FILE, ChatAnswerConfig, ChatModelConfig, SimulatedUserConfig, SystemConfig
 from ..model.digests import digest
 from ..model.errors import ProjectError
 from ..model.modules import load_callable
@@ -39,7 +44,8 @@ from ..model.trajectory import MODEL_STEP, Step
 from ..endpoints.chat import SHOWN_BODY_CHARS, ChatModel, api_key
 from ..endpoints.deadline import check_deadline
 from ..endpoints.ledger import Ledger
-from .toolbox import ReplayScript, ToolBox
+from .simulated_user import RecordedResponses, SimulatedUser, persona_of, simulator_model
+from .toolbox import ToolBox
 
 REQUEST_TAG = "chat_request/v1"
 
@@ -57,13 +63,15 @@ class ChatAgentSettings(BaseModel):
     requests_at_once: int = 1
     # The run's budget ledger, charged at each model request (endpoints/ledger.py); None: no budget.
     budget: dict[str, Any] | None = None
+    # Oloproof's `system.simulated_user`: each case a conversation with the persona in its input.
+    simulated_user: SimulatedUserConfig | None = None
 
 
 def chat_agent_settings(system: SystemConfig, requests_at_once: int = 1) -> dict[str, Any] | None:
     """The settings a chat agent's worker builds it from (None for any other kind)."""
     if not system.is_chat_agent:
         return None
-    settings = system.model_dump(mode="json", include={"model", "prompt", "max_turns", "answer"})
+    settings = system.model_dump(mode="json", include={"model", "prompt", "max_turns", "answer", "simulated_user"})
     return {**settings, "requests_at_once": requests_at_once}
 
 
@@ -72,26 +80,6 @@ def chat_agent_class(project_root: Path, tools: str, settings: dict[str, Any]) -
     class is, with no arguments."""
     bound = {"project_root": project_root, "tools_name": tools, "settings": ChatAgentSettings.model_validate(settings)}
     return type("ChatAgent", (ChatAgent,), bound)
-
-
-# -- recorded responses ---------------------------------------------------------------------
-
-
-class RecordedResponses:
-    """A recording's model turns by request digest: what a replay is answered from."""
-
-    def __init__(self, replay: ReplayScript | None):
-        self._turns: dict[str, deque[dict[str, Any]]] = defaultdict(deque)
-        if replay is not None and replay.recording is not None:
-            for turn in replay.recording.model_turns():
-                self._turns[turn.get("request_digest")].append(turn)
-
-    def take(self, request_digest: str) -> dict[str, Any] | None:
-        """The recorded answer to this very request (each served once), or None."""
-        waiting = self._turns.get(request_digest)
-        if not waiting:
-            return None
-        return {**waiting.popleft(), "served": True}
 
 
 # -- the agent ------------------------------------------------------------------------------
@@ -114,6 +102,7 @@ class ChatAgent:
         key = api_key(self.settings.model, f"{where}.model.api_key_env")
         ledger = Ledger.from_json(self.settings.budget) if self.settings.budget is not None else None
         self.model = ChatModel(self.settings.model, key, self.settings.requests_at_once, ledger=ledger)
+        self._user_model: ChatModel | None = None
 
     # -- the sandbox: the tools' own state ------------------------------------------------
 
@@ -133,10 +122,36 @@ class ChatAgent:
 
     def __call__(self, case_input: Any) -> Any:
         recorded = RecordedResponses(self.toolbox.replaying)
-        messages: list[dict[str, Any]] = [
-            {"role": "system", "content": self.prompt},
-            {"role": "user", "content": user_text(case_input)},
-        ]
+        messages: list[dict[str, Any]] = [{"role": "system", "content": self.prompt}]
+        if self.settings.simulated_user is not None:
+            return self.converse(case_input, messages, recorded)
+        messages.append({"role": "user", "content": user_text(case_input)})
+        answered, content = self.answer(messages, recorded)
+        if not answered:
+            self.toolbox.finish("truncated")
+            return None
+        self.toolbox.finish("success")
+        return self.output(content)
+
+    def converse(self, case_input: Any, messages: list[dict[str, Any]], recorded: RecordedResponses) -> Any:
+        """The conversation with the case's simulated user: the user opens, each of its
+        messages is answered, until it stops; the last answer is the output."""
+        user = self.simulated_user(case_input)
+        said: str | None = user.opening()
+        content = None
+        while said is not None:
+            messages.append({"role": "user", "content": said})
+            answered, content = self.answer(messages, recorded)
+            if not answered:
+                self.toolbox.finish("truncated")
+                return None
+            said = user.reply(str(content or ""))
+        self.toolbox.finish("success")
+        return self.output(content)
+
+    def answer(self, messages: list[dict[str, Any]], recorded: RecordedResponses) -> tuple[bool, Any]:
+        """(True, the final message's text) once the model answers without a tool call, each
+        call it asks for dispatched; (False, None) after `max_turns` model turns without one."""
         for _ in range(self.settings.max_turns):
             body = self.request(messages)
             request_digest = digest(REQUEST_TAG, body)
@@ -147,13 +162,21 @@ class ChatAgent:
             messages.append(message)
             calls = message.get("tool_calls") or []
             if not calls:
-                self.toolbox.finish("success")
-                return self.output(message.get("content"))
+                return True, message.get("content")
             for call in calls:
                 result = self.dispatch(call["function"]["name"], call["function"]["arguments"])
                 messages.append({"role": "tool", "tool_call_id": call["id"], "content": result_text(result)})
-        self.toolbox.finish("truncated")
-        return None
+        return False, None
+
+    def simulated_user(self, case_input: Any) -> SimulatedUser:
+        """This case's simulated user, answered in a replay from the recording's user requests."""
+        config = self.settings.simulated_user
+        assert config is not None
+        persona = persona_of(config, case_input)
+        if self._user_model is None:  # built at the first conversation: a missing key costs cases, not the sandbox
+            self._user_model = simulator_model(config, self.settings.requests_at_once)
+        recorded = RecordedResponses(self.toolbox.replaying, user=True)
+        return SimulatedUser(config, persona, seed_of=case_input, model=self._user_model, served=recorded.take, note=self.toolbox.note)
 
     def request(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
         body: dict[str, Any] = {

@@ -26,6 +26,7 @@ from typing import Any
 
 from ..model.faults import INJECTED_RESULTS
 from ..model.trajectory import Checkpoint, RecordedConstraint, Step, ToolChange, Trajectory
+from .simulated_user import current_simulated_user
 
 try:  # the `oloproof` extra; without it no system can import Oloproof, so none is adapted
     from oloproof import AgentCheckpoint, AgentConstraintCheck, AgentStep, AgentTrajectory, ReplayChange
@@ -69,6 +70,9 @@ class OloproofSystem:
     def __call__(self, case_input: Any) -> Any:
         self._trajectory = None
         recorder = CaseRecorder()
+        # `current_case().simulated_user()`: the case's simulated user (run/simulated_user.py),
+        # which records the conversation in our trajectory as it takes place.
+        recorder.simulation = current_simulated_user()
         try:
             with recording_case(recorder):
                 output = self._system(case_input)

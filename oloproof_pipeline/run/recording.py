@@ -36,6 +36,7 @@ from ..store.tables import (
     runs_from_table,
 )
 from .budget import Spend, cost_usd
+from .simulated_user import simulator_digest
 from .reuse import KnownWork, WorkCounts
 from .sandboxes import RECORD, Sandboxes, lost_recording
 from .stage import Left, StoredWork, run_stage
@@ -61,23 +62,39 @@ class RecordingSummary(WorkCounts):
         return super().reasons(noun)
 
 
-def recording_key(case_digest: str, version: str, code_fingerprint: str | None, run_id: str | None, status: str) -> str:
+def recording_key(
+    case_digest: str, version: str, code_fingerprint: str | None, run_id: str | None, status: str, simulator: str | None = None
+) -> str:
     """What verdicts and replays of a recording are keyed by: a new recording is a new key."""
-    return row_key("recording", case_digest, version, code_fingerprint, run_id, status)
+    parts = (case_digest, version, code_fingerprint, run_id, status) + ((simulator,) if simulator is not None else ())
+    return row_key("recording", *parts)
 
 
 def recording_row(run: RecordedRun, code: CodeFingerprint, config: ProjectConfig) -> dict[str, Any]:
-    """A finished recording as a table (and journal) row, with the code that made it, and its
-    model usage and what that cost by `pricing`."""
-    usage = (run.trajectory or Trajectory()).model_usage()
+    """A finished recording as a table (and journal) row, with the code (and the simulated
+    user) that made it, its model usage and what that cost by `pricing`, and its simulated
+    user's usage apart."""
+    trajectory = run.trajectory or Trajectory()
+    usage = trajectory.model_usage()
+    simulator = simulator_digest(config.system.simulated_user)
+    key = recording_key(run.case_digest, run.system_version, code.digest, run.recorded_by_run, run.status, simulator)
     return {
         **run.model_dump(mode="json"),
         "code_fingerprint": code.digest,
         "code_files": code.files_text,
-        "recording_key": recording_key(run.case_digest, run.system_version, code.digest, run.recorded_by_run, run.status),
+        "recording_key": key,
         **usage,
         "cost_usd": cost_usd(config, usage),
+        "simulator_digest": simulator,
+        **trajectory.user_usage(),
     }
+
+
+def same_simulator(known: pd.DataFrame, simulator: str | None) -> pd.Series:
+    """Per known recording, whether it was played with this simulated user (or both none);
+    a table stored before the column existed played with none."""
+    stored = known["simulator_digest"] if "simulator_digest" in known.columns else pd.Series(None, index=known.index)
+    return stored.fillna("").astype(str) == (simulator or "")
 
 
 # -- what is left to record --------------------------------------------------------------------
@@ -93,9 +110,13 @@ class RecordingPlan:
     to_record: list[int]
 
 
-def plan_recordings(cases: pd.DataFrame, known: pd.DataFrame, version: str, code: CodeFingerprint, fresh: bool) -> RecordingPlan:
-    """Reuse a known clean recording of the same case digest, version and code; else record."""
+def plan_recordings(
+    cases: pd.DataFrame, known: pd.DataFrame, version: str, code: CodeFingerprint, fresh: bool, simulator: str | None = None
+) -> RecordingPlan:
+    """Reuse a known clean recording of the same case digest, version, code and simulated
+    user; else record."""
     usable = (known["status"] == OK) & (known["system_version"] == version) & (known["code_fingerprint"] == code.digest)
+    usable &= same_simulator(known, simulator)
     digests = known.loc[usable.fillna(False).to_numpy(dtype=bool), "case_digest"]
     latest = digests[~digests.duplicated(keep="last")]
     reuse = cases["case_digest"].map(pd.Series(latest.index, index=latest.to_numpy()))
@@ -105,17 +126,22 @@ def plan_recordings(cases: pd.DataFrame, known: pd.DataFrame, version: str, code
     return RecordingPlan(reuse=reuse, known=known, to_record=to_record)
 
 
-def why_recorded(cases: pd.DataFrame, plan: RecordingPlan, code: CodeFingerprint, fresh: bool, summary: RecordingSummary) -> None:
+def why_recorded(
+    cases: pd.DataFrame, plan: RecordingPlan, code: CodeFingerprint, fresh: bool, summary: RecordingSummary,
+    simulator: str | None = None,
+) -> None:
     """Name, per case recorded now, why no stored recording of it could be reused."""
     if fresh:
         summary.because(RERECORDED, "--fresh asked for every case", len(plan.to_record))
         return
-    columns = plan.known[["case_digest", "status", "code_fingerprint", "code_files"]]
+    columns = plan.known[["case_digest", "status", "code_fingerprint", "code_files"]].assign(
+        same_simulator=same_simulator(plan.known, simulator)
+    )
     last = columns[~columns["case_digest"].duplicated(keep="last")]
     todo = cases.iloc[plan.to_record].merge(last, on="case_digest", how="left", indicator="found")
     known_ids = set(plan.known["case_id"])
     changes: dict[Any, str] = {}
-    for case in rows_of(todo, ["case_id", "found", "status", "code_fingerprint", "code_files"]):
+    for case in rows_of(todo, ["case_id", "found", "status", "code_fingerprint", "code_files", "same_simulator"]):
         if case.found == "left_only":
             summary.because(RECORDED, "case changed" if case.case_id in known_ids else "new case")
         elif case.status != OK:
@@ -124,6 +150,8 @@ def why_recorded(cases: pd.DataFrame, plan: RecordingPlan, code: CodeFingerprint
             if case.code_files not in changes:
                 changes[case.code_files] = code_change(code, case.code_files)
             summary.because(RERECORDED, changes[case.code_files])
+        elif not case.same_simulator:
+            summary.because(RERECORDED, "simulated user changed")
         else:
             summary.because(RERECORDED, "recorded under another version")
 
@@ -168,6 +196,7 @@ class RecordingStage:
 
     def __post_init__(self) -> None:
         self.code = system_code_fingerprint(self.project)
+        self.simulator = simulator_digest(self.project.config.system.simulated_user)
         self.keys = self.cases.columns("case_id", "case_digest")
 
     def action(self, left: int) -> str:
@@ -175,7 +204,7 @@ class RecordingStage:
 
     def plan(self, known: KnownWork) -> Recordings:
         plans = {
-            trial: plan_recordings(self.keys, self.known_of(known.frame, trial), self.version, self.code, self.fresh)
+            trial: plan_recordings(self.keys, self.known_of(known.frame, trial), self.version, self.code, self.fresh, self.simulator)
             for trial in self.trials
         }
         recordings = Recordings(known, plans, {trial: RowBatches(self.stored.schema, RUN_NESTED) for trial in self.trials})
@@ -188,7 +217,7 @@ class RecordingStage:
         return known
 
     def explain(self, trial: int, plan: RecordingPlan, summary: RecordingSummary) -> None:
-        why_recorded(self.keys, plan, self.code, self.fresh, summary)
+        why_recorded(self.keys, plan, self.code, self.fresh, summary, self.simulator)
 
     def left(self, recordings: Recordings) -> int:
         return sum(len(plan.to_record) for plan in recordings.plans.values())

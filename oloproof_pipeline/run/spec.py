@@ -11,6 +11,7 @@ from typing import Any
 from ..model.errors import ProjectError
 from ..model.modules import load_callable, module_file_of
 from .chat_agent import chat_agent_class
+from .simulated_user import ConversingSystem
 
 
 @dataclass(frozen=True)
@@ -28,9 +29,16 @@ class SystemSpec:
     # `system.kind: chat_agent`: its settings (run/chat_agent.py builds the agent over `callable`,
     # its tools).
     chat_agent: dict[str, Any] | None = None
+    # `system.simulated_user` of a Python system (a chat agent carries its own in `chat_agent`).
+    simulated_user: dict[str, Any] | None = None
 
     def build(self) -> Any:
-        return build_system(self.load_attribute())
+        return self.build_from(self.load_attribute())
+
+    def build_from(self, attribute: Any) -> Any:
+        """The system from its loaded attribute, with its simulated user at hand when it has one."""
+        system = build_system(attribute)
+        return ConversingSystem(system, self.simulated_user) if self.simulated_user is not None else system
 
     def load_attribute(self) -> Any:
         if self.chat_agent is not None:

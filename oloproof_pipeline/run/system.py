@@ -39,7 +39,9 @@ class Replayable(Protocol):
 def system_spec(project: Project) -> SystemSpec:
     system = project.config.system
     settings = chat_agent_settings(system, cases_at_once(project))
-    return SystemSpec(str(project.root), system.callable, system.name, chat_agent=settings)
+    # A chat agent's conversation is run by its loop; a Python system's is asked for (spec.py).
+    user = None if settings is not None or system.simulated_user is None else system.simulated_user.model_dump(mode="json")
+    return SystemSpec(str(project.root), system.callable, system.name, chat_agent=settings, simulated_user=user)
 
 
 def cases_at_once(project: Project) -> int:

@@ -136,7 +136,7 @@ def start(settings: SandboxSettings) -> tuple[SandboxRunner, SystemFacts]:
     `runner.another()` makes another runner over a system instance of its own."""
     spec = settings.spec
     attribute = spec.load_attribute()
-    build = lambda: build_system(attribute)  # noqa: E731
+    build = lambda: spec.build_from(attribute)  # noqa: E731
     if spec.plays_references:
         reference = load_reference(spec)
         build = lambda: ReferencePlayer(build_system(attribute), reference)  # noqa: E731

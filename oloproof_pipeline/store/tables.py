@@ -106,9 +106,17 @@ RECORDED_RUNS_SCHEMA = pa.schema(
         ("model_calls", INT), ("prompt_tokens", INT), ("completion_tokens", INT), ("model_latency_s", FLOAT),
         # What those tokens cost by `pricing:` (null without a rate for the model; run/budget.py).
         ("cost_usd", FLOAT),
+        # The simulated user's settings the conversation was played with (run/simulated_user.py;
+        # null without one): part of the recording's cache key, not of the system's version.
+        ("simulator_digest", TEXT),
+        # Its requests made live and their tokens, kept apart from the system's (Trajectory.user_usage).
+        ("user_calls", INT), ("user_prompt_tokens", INT), ("user_completion_tokens", INT),
     ]
 )
-MODEL_USAGE_COLUMNS = frozenset({"model_calls", "prompt_tokens", "completion_tokens", "model_latency_s", "cost_usd"})
+MODEL_USAGE_COLUMNS = frozenset(
+    {"model_calls", "prompt_tokens", "completion_tokens", "model_latency_s", "cost_usd", "user_calls",
+     "user_prompt_tokens", "user_completion_tokens"}
+)
 FLOAT_USAGE_COLUMNS = frozenset({"model_latency_s", "cost_usd"})
 
 
@@ -171,7 +179,7 @@ TABLE_SCHEMAS["case_certification"] = CERTIFICATION_SCHEMA
 # is still that table (it reads them as nulls, so nothing in it is reused without a key).
 CACHE_KEY_COLUMNS = frozenset(
     {"code_fingerprint", "code_files", "recording_key", "evaluator_digest", "inputs_key", "judging_digest", "inputs_digest",
-     "reference_key"}
+     "reference_key", "simulator_digest"}
 )
 
 
