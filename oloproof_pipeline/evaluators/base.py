@@ -44,36 +44,6 @@ class CaseSelector(BaseModel):
         return True
 
 
-NOT_SELECTED = "not_selected"
-
-
-class CaseSelector(BaseModel):
-    """`applies_to`: the cases an evaluator judges; every condition given must hold. Oloproof
-    scopes no evaluator to some cases, so the key is ours. A copy is selected with its source."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    # Case id patterns (`*`, `?`, `[...]` as in shell globs), e.g. `banking-*`.
-    ids: list[str] | None = Field(default=None, min_length=1)
-    # Metadata paths and the value each must hold (or one of a list of values).
-    metadata: dict[DottedPath, Any] | None = Field(default=None, min_length=1)
-    # Any one of these in the case's `metadata.tags`.
-    tags: list[str] | None = Field(default=None, min_length=1)
-
-    def selects(self, case: CaseRecord) -> bool:
-        case_id = case.source_id or case.case_id
-        metadata = case.metadata or {}
-        if self.ids is not None and not any(fnmatchcase(case_id, pattern) for pattern in self.ids):
-            return False
-        for path, wanted in (self.metadata or {}).items():
-            if read_path(metadata, path) not in (wanted if isinstance(wanted, list) else [wanted]):
-                return False
-        tags = metadata.get("tags")
-        if self.tags is not None and not (isinstance(tags, list) and any(tag in tags for tag in self.tags)):
-            return False
-        return True
-
-
 class EvaluatorConfig(BaseModel):
     # `.inf` or `.nan` (a tolerance, a bar) would make a comparison pass or fail regardless.
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)

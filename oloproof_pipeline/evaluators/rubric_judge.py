@@ -49,7 +49,7 @@ from ..model.errors import ProjectError
 from ..model.judgments import JudgmentRecord
 from ..model.outcomes import FAIL, MISSING, PASS, Verdict
 from ..model.records import RecordedRun
-from ..model.trajectory import MODEL_STEP, Step
+from ..model.trajectory import MODEL_STEP, USER_STEP, Step
 from ..store.judgments import judgment_store
 from .base import Evaluator, EvaluatorConfig, JudgingContext
 
@@ -73,9 +73,6 @@ Return exactly: {{"pass": true|false, "rationale": "..."}}
 # What Oloproof adds to the prompt when it asks a second time.
 REASK = "\nReturn valid JSON only."
 NOT_YET = "is an Oloproof setting that oloproof_pipeline does not support yet"
-# A simulated user's turn (the step kind the simulated-user work adds to model/trajectory.py,
-# where this name belongs once both have landed); a `message` step with role `user` is one too.
-USER_STEP = "user"
 JUDGE_ERROR, JUDGE_BAD_ANSWER, NO_CONVERSATION = "judge_error", "judge_bad_answer", "no_conversation"
 SHOWN_ANSWER_CHARS = 500
 DEFAULT_BASE_URL, DEFAULT_KEY_ENV = "https://api.openai.com/v1", "OPENAI_API_KEY"
@@ -160,6 +157,7 @@ def transcript(recording: RecordedRun) -> str:
     was told (a model turn that called no tool), in order."""
     lines = []
     for step in recording.trajectory.steps if recording.trajectory else []:
+        # A simulated user's turn; a `message` step with role `user` is one too.
         if step.kind == USER_STEP or (step.kind == "message" and step.role == "user"):
             text, speaker = step.text, "User"
         elif step.kind == MODEL_STEP or step.kind == "message":
