@@ -61,6 +61,8 @@ def require_unique(names: list[str], what: str) -> None:
 # -- system.kind: chat_agent (a model-driven agent over the tool box; run/chat_agent.py) -----
 
 MODULE_ATTRIBUTE = r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$"
+# An environment variable's name, as a POSIX shell spells one.
+ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 CHAT_AGENT = "chat_agent"
 CHAT_AGENT_KEYS = ("model", "prompt", "tools", "max_turns", "answer")
 
@@ -158,6 +160,9 @@ class SystemConfig(StrictModel):
     # Files and folders (relative to the project) that are the system's code besides the
     # callable's own module: an edit to any of them re-records, as one to that module does.
     code_paths: list[str] = Field(default_factory=list)
+    # Environment variables the system reads: each one's value (hashed) is part of its
+    # fingerprint, so changing one re-records; a variable not named here is not seen.
+    env: list[Annotated[str, Field(pattern=ENV_NAME)]] = Field(default_factory=list)
     # `chat_agent`: a chat-completions model calling `tools` (a class: tool schemas, their
     # implementations over the state, reset and snapshot), prompted by the `prompt` file.
     kind: Literal["callable", "chat_agent"] = "callable"
@@ -192,6 +197,12 @@ class SystemConfig(StrictModel):
     @property
     def is_chat_agent(self) -> bool:
         return self.kind == CHAT_AGENT
+
+    @field_validator("env")
+    @classmethod
+    def _env_names_unique(cls, names: list[str]) -> list[str]:
+        require_unique(names, "environment variable")
+        return names
 
     @field_validator("version")
     @classmethod

@@ -16,7 +16,9 @@
 
 from __future__ import annotations
 
+import glob
 import hashlib
+import os
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -186,13 +188,25 @@ def system_code_files(project: Project) -> list[Path]:
     return files
 
 
+def environment_digests(names: Iterable[str]) -> dict[str, str | None]:
+    """Per `system.env` name, a digest of `name=value` (None: the variable is not set, which is
+    not the same as set to ""): a changed value is a changed system, and no value is stored."""
+    values = {name: os.environ.get(name) for name in names}
+    return {
+        name: None if value is None else "sha256:" + hashlib.sha256(f"{name}={value}".encode("utf-8")).hexdigest()
+        for name, value in values.items()
+    }
+
+
 def system_code_fingerprint(project: Project) -> CodeFingerprint:
     """A digest of the system's code, computed from file contents without importing it."""
     files = {relative_name(path, project.root): file_digest(path) for path in system_code_files(project)}
     files[PIPELINE_ENTRY] = __version__
     files.update({f"{PIPELINE_ENTRY}/{name}": each for name, each in producer_files("recordings").items()})
-    body = {"callable": project.config.system.callable, "files": files}
+    body: dict[str, Any] = {"callable": project.config.system.callable, "files": files}
     system = project.config.system
+    if system.env:  # entered only when named: a project without `system.env` keeps its digest
+        body["env"] = environment_digests(system.env)
     if system.is_chat_agent:  # the model, its settings and the loop's are code too (never the key)
         body["chat_agent"] = system.model_dump(mode="json", include={"model", "max_turns", "answer"}, exclude={"model": {"api_key_env"}})
     return CodeFingerprint(digest=digest(SYSTEM_CODE_TAG, body), files=files)
@@ -201,12 +215,30 @@ def system_code_fingerprint(project: Project) -> CodeFingerprint:
 # -- a whole run's inputs ---------------------------------------------------------------------
 
 
+def named_files(project: Project) -> list[Path]:
+    """Every file `oloproof.yaml` names, wherever it lives: the dataset's matches, the label
+    files, the prompt and `system.code_paths`."""
+    config = project.config
+    patterns = [config.dataset] if isinstance(config.dataset, str) else config.dataset
+    found = [Path(match) for pattern in patterns for match in sorted(glob.glob(str(project.root / pattern)))]
+    named = [transform.validity_labels for transform in config.metamorphic.transforms if transform.validity_labels]
+    named += [config.system.prompt] if config.system.prompt else []
+    found += [project.root / name for name in named]
+    for entry in config.system.code_paths:
+        path = project.root / entry
+        found += files_under(path) if path.exists() else []
+    return found
+
+
 def run_inputs_digest(project: Project) -> str:
     """Everything a run reads: every file of the project (YAML, cases, labels, snapshots, the
     system and its graders; what the pipeline writes, caches and virtual environments left out),
     the system's code wherever `system.code_paths` puts it, and the pipeline's own code. Equal
     digests, and stored tables untouched since, mean a run would reuse every result."""
     files = {relative_name(path, project.root): file_digest(path) for path in files_under(project.root)}
+    for path in named_files(project):  # a dataset or labels file outside the folder, by its path
+        if path.is_file():
+            files.setdefault(relative_name(path, project.root), file_digest(path))
     body = {"files": files, "system_code": system_code_fingerprint(project).digest, "pipeline": pipeline_code_version()}
     if project.settings:  # `--set` overrides are inputs too (absent otherwise: older stamps still match)
         body["settings"] = list(project.settings)
