@@ -83,7 +83,7 @@ def test_the_suites_utility_is_the_grader(banking):
     assert utility(case, played(case, []))["outcome"] == "FAIL"
     # An answer-judged task: the ground truth's answer passes, none fails.
     read_only = cases["user_task_1"]
-    assert utility(read_only, played(read_only, read_only.expected["actions"], read_only.expected["answer"]))["outcome"] == "PASS"
+    assert utility(read_only, played(read_only, read_only.expected["actions"], read_only.expected["output"]["answer"]))["outcome"] == "PASS"
     assert utility(read_only, played(read_only, read_only.expected["actions"]))["outcome"] == "FAIL"
 
 
@@ -129,14 +129,12 @@ def test_slack_imports_and_certifies_every_reference(tmp_path):
     assert "certified 126 of 126 cases; 0 flagged; 21 with a reference run" in output
 
 
-def test_banking_certifies_every_reference_but_those_judged_by_their_answer(tmp_path):
-    """AgentDojo's own ground-truth pipeline passes all 16; two are judged by the answer only,
-    which a reference of calls alone does not give (references with answers: issue 23)."""
+def test_banking_certifies_every_reference_its_answers_included(tmp_path):
+    """AgentDojo's own ground-truth pipeline passes all 16; the tasks judged by their answer
+    certify too, their reference playing the ground truth's answer (`expected.output`)."""
     code, output = certify(tmp_path, "banking")
-    suite = load_suite("banking")
-    flagged = set(re.findall(r"(user_task_\d+)\s+reference_fails", output))
-    assert flagged and all(suite.get_user_task_by_id(task).GROUND_TRUTH_OUTPUT for task in flagged), output
-    assert code == 1 and "16 with a reference run" in output
-    assert "passes_when_nothing_is_done" not in output  # read-only tasks are left to utility
+    assert code == 0, output
+    assert "certified 80 of 80 cases; 0 flagged; 16 with a reference run" in output
     cases = [json.loads(line) for line in (tmp_path / "banking" / "data" / "cases.jsonl").read_text().splitlines()]
-    assert all(not case["metadata"]["changes_state"] for case in cases if case["id"] in flagged)
+    answered = [case for case in cases if "output" in case["expected"]]
+    assert answered and all(set(case["expected"]["output"]) == {"answer"} for case in answered)

@@ -8,6 +8,8 @@ import pandas as pd
 
 from helpers import oloproof, oloproof_in_process
 
+from oloproof_pipeline.cli.init import write_gitignore
+
 
 
 def decision_lines(output: str) -> list[str]:
@@ -45,6 +47,20 @@ def test_init_refuses_a_non_empty_folder_and_unknown_examples(tmp_path):
     assert busy.returncode == 2 and "not empty" in busy.stderr
     unknown = oloproof_in_process("init", str(tmp_path / "new"), "--example", "nope", cwd=tmp_path)
     assert unknown.returncode == 2 and "no example named 'nope'" in unknown.stderr
+
+
+def test_init_writes_a_gitignore_naming_what_the_pipeline_writes(tmp_path):
+    created = oloproof_in_process("init", str(tmp_path / "new"), "--example", "stateful-agent", cwd=tmp_path)
+    assert created.returncode == 0, created.stderr
+    assert (tmp_path / "new" / ".gitignore").read_text() == ".oloproof/\ndagster.log\ndagster.pid\n"
+
+    # One already there is kept, and only the missing lines are added.
+    (tmp_path / "kept").mkdir()
+    (tmp_path / "kept" / ".gitignore").write_text("*.pyc\n.oloproof")
+    write_gitignore(tmp_path / "kept")
+    assert (tmp_path / "kept" / ".gitignore").read_text() == "*.pyc\n.oloproof\ndagster.log\ndagster.pid\n"
+    write_gitignore(tmp_path / "kept")
+    assert (tmp_path / "kept" / ".gitignore").read_text() == "*.pyc\n.oloproof\ndagster.log\ndagster.pid\n"
 
 
 def test_gate_without_a_stored_run_says_what_to_do(refund_desk, tmp_path):

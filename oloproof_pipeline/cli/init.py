@@ -14,6 +14,9 @@ from .options import CommandFailed, check_writable_under
 from .render import console
 
 EXAMPLES_PACKAGE = "oloproof_pipeline.example_project"
+# What a new project keeps out of version control: the pipeline's output folder, and the log and
+# process-id files the README's recipe for running `dagster dev` in the background writes.
+IGNORED = (f"{OUTPUT_DIR}/", "dagster.log", "dagster.pid")
 
 
 def example_names() -> list[str]:
@@ -43,6 +46,7 @@ def init(
         shutil.copytree(
             source_path, directory, dirs_exist_ok=True, ignore=shutil.ignore_patterns(OUTPUT_DIR, "__pycache__")
         )
+    write_gitignore(directory)
     console.print(f"Created {directory} from the {example} example. Next: cd {directory} && oloproof run")
 
 
@@ -55,3 +59,16 @@ def check_new_project_folder(directory: Path) -> None:
     if directory.is_dir() and any(directory.iterdir()):
         raise CommandFailed(f"{directory}: folder is not empty; choose a new one", EXIT_USAGE)
     check_writable_under(directory, "init")
+
+
+def write_gitignore(directory: Path) -> None:
+    """Name what the pipeline writes in the project's `.gitignore`: appended to one that exists, never over it."""
+    path = directory / ".gitignore"
+    existing = path.read_text(encoding="utf-8") if path.is_file() else ""
+    present = {line.strip() for line in existing.splitlines()}
+    missing = [entry for entry in IGNORED if entry not in present and entry.rstrip("/") not in present]
+    if not missing:
+        return
+    prefix = "\n" if existing and not existing.endswith("\n") else ""
+    with path.open("a", encoding="utf-8") as handle:
+        handle.write(prefix + "".join(f"{entry}\n" for entry in missing))
