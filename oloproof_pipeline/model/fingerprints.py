@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import os
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from typing import Any, Iterable
 import pandas as pd
 
 from .. import __version__
+from .cases import dataset_files
 from .config import PROJECT_FILE, Project
 from .digests import canonical_json, digest
 from .errors import ProjectError
@@ -216,18 +216,11 @@ def system_code_fingerprint(project: Project) -> CodeFingerprint:
 
 
 def named_files(project: Project) -> list[Path]:
-    """Every file `oloproof.yaml` names, wherever it lives: the dataset's matches, the label
-    files, the prompt and `system.code_paths`."""
-    config = project.config
-    patterns = [config.dataset] if isinstance(config.dataset, str) else config.dataset
-    found = [Path(match) for pattern in patterns for match in sorted(glob.glob(str(project.root / pattern)))]
-    named = [transform.validity_labels for transform in config.metamorphic.transforms if transform.validity_labels]
-    named += [config.system.prompt] if config.system.prompt else []
-    found += [project.root / name for name in named]
-    for entry in config.system.code_paths:
-        path = project.root / entry
-        found += files_under(path) if path.exists() else []
-    return found
+    """The data files `oloproof.yaml` names, wherever they live: the dataset's matches and the
+    label files (the prompt and `system.code_paths` are the system's code, hashed with it)."""
+    transforms = project.config.metamorphic.transforms
+    labels = [transform.validity_labels for transform in transforms if transform.validity_labels]
+    return dataset_files(project) + [project.root / name for name in labels]
 
 
 def run_inputs_digest(project: Project) -> str:
