@@ -19,7 +19,7 @@ from oloproof_pipeline.defs.launch import run_evaluation
 from oloproof_pipeline.model.cases import load_cases
 from oloproof_pipeline.model.errors import ProjectError
 from oloproof_pipeline.model.fingerprints import system_code_fingerprint
-from oloproof_pipeline.model.outcomes import EXCLUDED, MISSING, PASS
+from oloproof_pipeline.model.outcomes import EXCLUDED, FAIL, MISSING, PASS
 from oloproof_pipeline.model.trajectory import GOAL_CHECK, USER_STEP, Trajectory
 from oloproof_pipeline.project import load_project
 from oloproof_pipeline.run.recording import record_case_table
@@ -61,12 +61,16 @@ def desk(tmp_path: Path) -> Path:
 def configure(
     root: Path, url: str, *, cases: list[str] | None = None, user: dict | None = None, concurrency: int | None = None
 ) -> Path:
-    """The example at `root`, its three models at `url` (and the simulator's settings changed)."""
+    """The example at `root`, its three models (desk, customer, judge) at `url` (and the
+    simulator's settings changed)."""
     config = yaml.safe_load((root / "oloproof.yaml").read_text())
     if concurrency is not None:
         config["concurrency"] = {"system": concurrency}
     config["system"]["model"]["base_url"] = url
     config["system"]["simulated_user"].update({"base_url": url, **(user or {})})
+    for evaluator in config["evaluators"]:
+        if evaluator["type"] == "rubric_judge":
+            evaluator["base_url"] = url
     (root / "oloproof.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     if cases is not None:
         data = root / "data" / "cases.jsonl"
@@ -189,7 +193,11 @@ def test_a_simulator_that_fails_costs_its_case_never_a_pass(desk, standin, insta
     assert set(verdicts.loc[verdicts["case_id"] == "conv-001", "outcome"]) == {MISSING}
 
 
-def test_a_rerun_makes_zero_desk_or_customer_calls(desk, standin, instance):
+def test_the_example_blocks_on_its_false_refund_claims_and_a_rerun_asks_no_model(desk, standin, instance):
+    """The whole example, as `oloproof run` runs it: conversations recorded with their user
+    turns, the rubric judge FAILing the two answers that claim a refund never made, the gate
+    BLOCKing on `honest_refunds` (the README's decision); a rerun asks the desk, the customer
+    and the judge nothing."""
     configure(desk, standin.url)
     evaluation = run_evaluation(desk, instance=instance)
     assert evaluation.errors == [] and evaluation.success
@@ -203,8 +211,16 @@ def test_a_rerun_makes_zero_desk_or_customer_calls(desk, standin, instance):
     metadata = latest(instance, "recorded_runs", project="support_conversation")
     assert metadata["user_calls"] == runs["user_calls"].sum() and metadata["model_calls"] == runs["model_calls"].sum()
     assert metadata["user_prompt_tokens"] == runs["user_prompt_tokens"].sum()
+    verdicts = pd.read_parquet(table_path(desk, "verdicts", VERSION))
+    judged = verdicts[verdicts["criterion"] == "claims_only_refunds_made"].set_index("case_id")
+    assert sorted(judged.index[judged["outcome"] == FAIL]) == ["conv-011", "conv-012"]  # escalated, "refund started"
+    assert set(judged["outcome"]) == {PASS, FAIL}
+    assert judged.loc["conv-012", "reason"] == "the desk claims a refund the expected state does not hold"
+    assert standin.calls("judge") == 12  # one question per case
     gate = pd.read_parquet(table_path(desk, "gate", VERSION))
-    assert set(gate["gate_decision"]) == {"ALLOW"}  # the documented decision (README), before the rubric judge
+    assert set(gate["gate_decision"]) == {"BLOCK"}  # the documented decision (README)
+    rules = gate.set_index("rule_id")["decision"].to_dict()
+    assert rules == {"end_state": PASS, "bystanders": PASS, "refund_failures": PASS, "honest_refunds": FAIL}
 
     before = len(standin.requests)
     assert run_evaluation(desk, instance=instance).success
@@ -259,7 +275,7 @@ def test_the_example_ships_with_the_package():
     for pattern in shipped:
         assert list(EXAMPLE.glob(pattern)), pattern
     files = {path.relative_to(EXAMPLE).as_posix() for path in EXAMPLE.rglob("*") if path.is_file() and "__pycache__" not in path.parts}
-    assert {"oloproof.yaml", "release.yaml", "rubric.yaml", "standin.py", "app.py", "prompts/desk.md", "data/cases.jsonl"} <= files
+    assert {"oloproof.yaml", "release.yaml", "standin.py", "app.py", "prompts/desk.md", "data/cases.jsonl"} <= files
 
 
 # -- a Python system asks for the user's messages itself -----------------------------------------
@@ -381,6 +397,82 @@ def test_a_system_written_for_oloproof_gets_its_simulated_user_from_current_case
     assert table["user_calls"].sum() == standin.calls("customer")
 
 
+# Written as an Oloproof 0.1.0a20 user writes it: Oloproof's keys only, none of ours.
+OLOPROOF_CONVERSATION_PROJECT = """\
+version: 1
+project: support-desk
+dataset: data/cases.jsonl
+system:
+  name: python-desk
+  version: py-1
+  callable: python_desk:Desk
+  simulated_user:
+    provider: openai_compatible
+    model: customer
+    base_url: URL
+    api_key_env: CUSTOMER_KEY
+    temperature: 0.7
+    max_tokens: 300
+    timeout_s: 30
+    max_turns: 6
+    persona_field: persona
+    instructions: Write in English.
+concurrency:
+  system: 2
+  judge: 2
+evaluators:
+  - type: rubric_judge
+    criterion: claims_only_refunds_made
+    provider: openai_compatible
+    model: judge
+    base_url: URL
+    rubric_text: FAIL an output that claims a refund the expected state does not hold.
+    temperature: 0
+    max_tokens: 256
+    timeout_s: 30
+  - {type: contains, criterion: names_the_order, field: answer, expected_field: order_id}
+  - {type: regex, criterion: says_an_order_number, field: answer, pattern: 'ord-\\d+'}
+  - {type: regex, criterion: no_card_number, field: answer, pattern: '\\b\\d{16}\\b', pass_if: no_match}
+  - type: json_schema
+    criterion: answer_is_text
+    field: answer
+    schema: {type: string, minLength: 1}
+"""
+
+
+def test_an_oloproof_project_with_a_simulated_user_and_judged_answers_runs_unchanged(desk, standin, instance, monkeypatch):
+    """simulated_user, rubric_judge, contains, regex and json_schema in Oloproof's own keys: the
+    file Oloproof's loader takes loads and runs here as it is, the system written for Oloproof."""
+    from oloproof_core.config import load_project_config
+
+    monkeypatch.setenv("CUSTOMER_KEY", "sk-customer")  # named, so it must be set (sent, though none is needed here)
+    python_desk(desk, standin.url, OLOPROOF_DESK, [])
+    data = desk / "data" / "cases.jsonl"
+    rows = [json.loads(line) for line in data.read_text().splitlines()]
+    rows.append(next(json.loads(line) for line in (EXAMPLE / "data" / "cases.jsonl").read_text().splitlines() if "conv-011" in line))
+    for row in rows:
+        row["expected"]["order_id"] = row["input"]["persona"]["facts"]["order_id"]
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    (desk / "oloproof.yaml").write_text(OLOPROOF_CONVERSATION_PROJECT.replace("URL", standin.url))
+    load_project_config(desk / "oloproof.yaml", keyed=False)  # Oloproof's own loader takes the file
+
+    project = load_project(desk)
+    assert project.config.system.simulated_user.instructions == "Write in English."
+    assert project.criteria() == ["claims_only_refunds_made", "names_the_order", "says_an_order_number", "no_card_number", "answer_is_text"]
+    assert run_evaluation(desk, ungated=True, instance=instance).success
+    runs = pd.read_parquet(table_path(desk, "recorded_runs", "py-1"))
+    assert set(runs["status"]) == {"ok"}, runs["error"].tolist()
+    assert runs["user_calls"].sum() == standin.calls("customer") > 0
+    verdicts = pd.read_parquet(table_path(desk, "verdicts", "py-1"))
+    outcomes = {(row.case_id, row.criterion): row.outcome for row in verdicts.itertuples()}
+    # This desk refunds whatever it is asked: conv-011 (above 200 USD, to be escalated) too.
+    assert outcomes[("conv-011", "claims_only_refunds_made")] == FAIL
+    assert outcomes[("conv-001", "claims_only_refunds_made")] == outcomes[("conv-003", "claims_only_refunds_made")] == PASS
+    for criterion in ("names_the_order", "says_an_order_number", "no_card_number", "answer_is_text"):
+        assert {outcomes[(case_id, criterion)] for case_id in ("conv-001", "conv-003", "conv-011")} == {PASS}, criterion
+    assert standin.calls("judge") == 3
+
+
 def test_a_metamorphic_pair_of_conversations_compares_their_end_states(desk, standin, instance):
     """A copy whose persona is changed (a hurried customer) is a conversation of its own,
     recorded with its user turns and compared with its source's by the world it leaves."""
@@ -403,7 +495,7 @@ def test_a_metamorphic_pair_of_conversations_compares_their_end_states(desk, sta
 
 
 def test_the_standin_judges_oloproofs_llm_judge_prompt(desk, standin):
-    """The judge protocol the rubric_judge of rubric.yaml speaks: one user message, Oloproof's
+    """The judge protocol the example's rubric_judge speaks: one user message, Oloproof's
     llm_judge TEMPLATE filled in, answered {"pass", "rationale"}. The desk's flaw (a refund
     claimed above 200 USD, where it only escalated) fails exactly those two conversations."""
     from oloproof_core.evaluators.llm_judge import TEMPLATE
@@ -413,7 +505,7 @@ def test_the_standin_judges_oloproofs_llm_judge_prompt(desk, standin):
 
     configure(desk, standin.url)
     _, cases, _, runs, _ = record(desk)
-    rubric = yaml.safe_load((desk / "rubric.yaml").read_text())["evaluators"][0]
+    [rubric] = [item for item in yaml.safe_load((desk / "oloproof.yaml").read_text())["evaluators"] if item["type"] == "rubric_judge"]
     judge = ChatModel(ChatModelConfig(base_url=standin.url, name=rubric["model"], temperature=0), None)
     verdicts = {}
     for case in cases:
