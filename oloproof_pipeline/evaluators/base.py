@@ -141,6 +141,10 @@ class Evaluator:
     def judge_selected(self, case: CaseRecord, context: JudgingContext) -> Verdict:
         if case.is_derived and not self.pair_driven:
             return self.verdict(case, EXCLUDED, METAMORPHIC_COPY)
+        return self.judge_recorded(case, context)
+
+    def judge_recorded(self, case: CaseRecord, context: JudgingContext) -> Verdict:
+        """The case judged by its own recording: MISSING (or `on_execution_error`) without a clean one."""
         recording = context.recording_of(case.case_id)
         if recording is None:
             return self.verdict(case, MISSING, "not_recorded")

@@ -8,6 +8,11 @@
 `system.callable` is). It is called as `func(case, recording)` with the `CaseRecord` and the
 `RecordedRun` (output, trajectory, state after) of a case that recorded cleanly, and returns a
 `Verdict` or a dict `{"outcome": PASS|FAIL|MISSING|EXCLUDED, "reason": str, "details": ...}`.
+With `judges: copies` (ours: Oloproof leaves copies out of every evaluator but the relations)
+the grader judges the copies a transform made instead of the sources, each by its own
+recording and its own (transformed) case: a check that the copy alone can fail, such as an
+injection's goal carried out (AgentDojo's `security`). Sources are then EXCLUDED
+(`not_a_metamorphic_pair`).
 Violations go in `details["violations"]` as `[{"rule", "step", "tool", "record", "detail"}]`,
 as the trace rules put them, so exports list them. A function that raises makes the case
 MISSING (`grader_error`); one that returns anything else, MISSING (`grader_bad_return`): never
@@ -20,7 +25,7 @@ from __future__ import annotations
 import json
 import traceback
 from pathlib import Path
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, Literal
 
 from pydantic import Field, ValidationError
 
@@ -28,7 +33,7 @@ from ..model.errors import ProjectError
 from ..model.modules import load_callable
 from ..model.cases import CaseRecord
 from ..model.records import RecordedRun
-from ..model.outcomes import MISSING, Judgement, Verdict
+from ..model.outcomes import EXCLUDED, MISSING, NOT_A_METAMORPHIC_PAIR, Judgement, Verdict
 from ..model.violations import Violation
 from .base import Evaluator, EvaluatorConfig, JudgingContext
 
@@ -37,6 +42,8 @@ REFERENCE = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
 
 class PythonGraderConfig(EvaluatorConfig):
     function: str = Field(pattern=REFERENCE)
+    # Ours: `copies` judges the transforms' copies (each by its own recording) instead of the sources.
+    judges: Literal["sources", "copies"] = "sources"
 
 
 def grader_return(value: Any) -> Judgement:
@@ -116,6 +123,13 @@ class PythonGrader(Evaluator):
                 raise ProjectError(f"{self._where}: {self.config.function} is not callable")
             self._function = loaded
         return self._function
+
+    def judge_selected(self, case: CaseRecord, context: JudgingContext) -> Verdict:
+        if self.config.judges == "sources":
+            return super().judge_selected(case, context)
+        if not case.is_derived:
+            return self.verdict(case, EXCLUDED, NOT_A_METAMORPHIC_PAIR)
+        return self.judge_recorded(case, context)
 
     def judge(self, case: CaseRecord, recording: RecordedRun, context: JudgingContext) -> Verdict:
         function = self.function()
