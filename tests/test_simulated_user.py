@@ -410,7 +410,6 @@ system:
     provider: openai_compatible
     model: customer
     base_url: URL
-    api_key_env: CUSTOMER_KEY
     temperature: 0.7
     max_tokens: 300
     timeout_s: 30
@@ -440,12 +439,11 @@ evaluators:
 """
 
 
-def test_an_oloproof_project_with_a_simulated_user_and_judged_answers_runs_unchanged(desk, standin, instance, monkeypatch):
+def test_an_oloproof_project_with_a_simulated_user_and_judged_answers_runs_unchanged(desk, standin, instance):
     """simulated_user, rubric_judge, contains, regex and json_schema in Oloproof's own keys: the
     file Oloproof's loader takes loads and runs here as it is, the system written for Oloproof."""
     from oloproof_core.config import load_project_config
 
-    monkeypatch.setenv("CUSTOMER_KEY", "sk-customer")  # named, so it must be set (sent, though none is needed here)
     python_desk(desk, standin.url, OLOPROOF_DESK, [])
     data = desk / "data" / "cases.jsonl"
     rows = [json.loads(line) for line in data.read_text().splitlines()]
