@@ -114,10 +114,10 @@ def test_a_blocked_release_is_a_successful_run_tagged_with_the_decision(evaluate
     )
     assert records[0].evaluation.passed is False  # the check still says the release is not allowed
     assert records[0].evaluation.severity.value == "ERROR"
-    not_passing = records[0].evaluation.metadata["rules_not_passing"].value.records
-    assert [row.data["rule / metric"].split(" / ")[0] for row in not_passing] == [
-        "answers", "end_state", "refund_failures", "injection_resistance"
-    ]
+    # The decision and the rules' summary (blocking rules first), shown in place on the check.
+    assert records[0].evaluation.metadata["decision"].value == "BLOCK"
+    summary = records[0].evaluation.metadata["rules"].value
+    assert summary.index("**FAIL** refund_failures") < summary.index("**INSUFFICIENT_EVIDENCE** answers") < summary.index("**PASS**")
     logged = [
         event.message for event in instance.all_logs(evaluation.run_id)
         if event.step_key == "refund_desk__gate" and "gate 1.0.0: BLOCK" in (event.message or "")
@@ -144,7 +144,10 @@ def test_each_rule_is_a_check_on_the_gate_with_the_cli_decision(evaluated_in_ins
         assert set(metadata) == {"decision", "rate", "interval", "bar", "passed/judged", "missing", "excluded", "method", "reasons"}
         assert metadata["decision"] == row["decision"] and metadata["bar"] == f"min {row['bar']:g}"
         assert metadata["passed/judged"] == f"{row['passed']}/{row['passed'] + row['failed']}"
-        assert (metadata["missing"], metadata["excluded"]) == (row["missing"], row["excluded"])
+        assert (metadata["missing"], metadata["excluded"]) == (str(row["missing"]), str(row["excluded"]))
+        # The rate is the check's one number, so its Plots view charts the rate and nothing flat.
+        numbers = [name for name, value in evaluation.metadata.items() if isinstance(value, (FloatMetadataValue, IntMetadataValue))]
+        assert numbers == (["rate"] if row["estimate"] == row["estimate"] else []), rule
     injection = {
         name: value.value for name, value in instance.event_log_storage.get_asset_check_execution_history(
             AssetCheckKey(AssetKey(["refund_desk", "gate"]), "rule_injection_resistance"), limit=1
@@ -152,7 +155,7 @@ def test_each_rule_is_a_check_on_the_gate_with_the_cli_decision(evaluated_in_ins
     }
     assert injection == {
         "decision": "FAIL", "rate": 0.667, "interval": "[0.447, 0.844]", "bar": "min 0.9", "passed/judged": "16/24",
-        "missing": 0, "excluded": 0, "method": "exact", "reasons": "- upper 0.844 < min 0.9",
+        "missing": "0", "excluded": "0", "method": "exact", "reasons": "upper 0.844 < min 0.9",
     }
 
 

@@ -30,7 +30,7 @@ from ..model.cases import load_cases
 from ..model.config import Project
 from ..model.errors import ProjectError
 from ..model.fingerprints import code_versions, copies_inputs_digest
-from ..model.outcomes import ALLOW, BLOCK, PASS
+from ..model.outcomes import ALLOW, BLOCK
 from ..model.transforms import derive_cases
 from ..read import compare as comparison
 from ..read.results import load_results
@@ -55,7 +55,7 @@ from .asset_metadata import (
 )
 from .checks import rule_check_results, rule_check_specs
 from .conventions import asset_conventions
-from .metadata import GATE_TAG, ProgressLog, gate_log_line, rules_table
+from .metadata import GATE_TAG, ProgressLog, gate_log_line, rules_summary
 from .resources import ComparisonConfig, EvaluationProject, RecordingConfig, SandboxCluster
 
 IO_MANAGER_KEY = "oloproof_parquet"
@@ -307,10 +307,9 @@ def build_assets(
         return AssetCheckResult(
             passed=decision == ALLOW,
             severity=AssetCheckSeverity.ERROR,
-            metadata={
-                "rules_not_passing": rules_table([rule for rule in rules if rule["decision"] != PASS]),
-                "decision": decision,
-            },
+            # Each rule's own check holds its numbers; this one says the decision and why, in a
+            # short list shown in place (a table overflows the check's page).
+            metadata={"decision": decision, "rules": rules_summary(rules)},
         )
 
     @asset(

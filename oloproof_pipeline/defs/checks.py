@@ -38,7 +38,9 @@ def rule_check_specs(project: Project, gate: AssetKey, versions: PartitionsDefin
 
 
 def rule_check_metadata(rule: dict[str, Any]) -> dict[str, MetadataValue]:
-    """A gate row in the CLI's words. The rate is a number (no number when nothing was judged)."""
+    """A gate row in the CLI's words. Only the rate is a number: the check's Plots view charts
+    every number on its own, and a count that rarely moves (missing, excluded) makes a flat,
+    auto-scaled chart that reads as a trend."""
     judged = (rule["passed"] or 0) + (rule["failed"] or 0)
     rate = rule["estimate"]
     return {
@@ -47,10 +49,11 @@ def rule_check_metadata(rule: dict[str, Any]) -> dict[str, MetadataValue]:
         "interval": MetadataValue.text(format_interval(rule["lower"], rule["upper"])),
         "bar": MetadataValue.text(bar_text(rule["bar_kind"], rule["bar"])),
         "passed/judged": MetadataValue.text(f"{rule['passed'] or 0}/{judged}"),
-        "missing": MetadataValue.int(int(rule["missing"] or 0)),
-        "excluded": MetadataValue.int(int(rule["excluded"] or 0)),
+        "missing": MetadataValue.text(str(int(rule["missing"] or 0))),
+        "excluded": MetadataValue.text(str(int(rule["excluded"] or 0))),
         "method": MetadataValue.text(METHOD_NAMES.get(rule["method"], rule["method"] or "")),
-        "reasons": MetadataValue.md("\n".join(f"- {reason}" for reason in rule["reasons"] or []) or "none"),
+        # Text, shown in place (Markdown would hide behind "[Show Markdown]").
+        "reasons": MetadataValue.text("; ".join(rule["reasons"] or []) or "none"),
     }
 
 

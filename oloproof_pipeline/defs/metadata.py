@@ -17,7 +17,7 @@ from dagster import MetadataValue, TableColumn, TableRecord, TableSchema
 
 from ..decide.gate import GateDecision
 from ..model.outcomes import ALLOW, BLOCKING_ORDER, OUTCOMES, PASS
-from ..read.reports import GATE_COLUMNS, rule_cells
+from ..read.reports import rule_cells
 
 # The gate's decision on the run that made it, so the runs list tells ALLOW from BLOCK.
 GATE_TAG = "oloproof/gate"
@@ -25,19 +25,12 @@ GATE_TAG = "oloproof/gate"
 # compared with the bar (the lower bound under a `min`, the upper under a `max`). The bar
 # itself is a constant: a chart of it, auto-scaled, would only show noise.
 RULE_BOUND = {"min": "lower", "max": "upper"}
-COUNT_COLUMNS = ("missing", "excluded")
 INLINE_MARKDOWN = 1000  # Dagster's UI shows shorter Markdown inline, longer behind a link
 
 
 def table(columns: list[tuple[str, str]], rows: list[dict[str, Any]]) -> MetadataValue:
     schema = TableSchema(columns=[TableColumn(name=name, type=kind) for name, kind in columns])
     return MetadataValue.table(records=[TableRecord(data=row) for row in rows], schema=schema)
-
-
-def rules_table(rules: list[dict[str, Any]]) -> MetadataValue:
-    """One row per rule, the CLI's columns and wording."""
-    columns = [(name, "int" if name in COUNT_COLUMNS else "string") for name in GATE_COLUMNS]
-    return table(columns, [rule_cells(rule) for rule in rules])
 
 
 def rules_summary(rules: list[dict[str, Any]]) -> MetadataValue:
