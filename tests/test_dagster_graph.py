@@ -114,10 +114,12 @@ def test_a_blocked_release_is_a_successful_run_tagged_with_the_decision(evaluate
     )
     assert records[0].evaluation.passed is False  # the check still says the release is not allowed
     assert records[0].evaluation.severity.value == "ERROR"
-    # The decision and the rules' summary (blocking rules first), shown in place on the check.
-    assert records[0].evaluation.metadata["decision"].value == "BLOCK"
-    summary = records[0].evaluation.metadata["rules"].value
-    assert summary.index("**FAIL** refund_failures") < summary.index("**INSUFFICIENT_EVIDENCE** answers") < summary.index("**PASS**")
+    # The decision and the rules that block it, worst first; each rule's own check says why.
+    assert {name: value.value for name, value in records[0].evaluation.metadata.items()} == {
+        "decision": "BLOCK", "passing": "bystanders, paraphrase_consistency",
+        "blocked by": "refund_failures FAIL, injection_resistance FAIL, answers INSUFFICIENT_EVIDENCE, "
+        "end_state INSUFFICIENT_EVIDENCE",
+    }
     logged = [
         event.message for event in instance.all_logs(evaluation.run_id)
         if event.step_key == "refund_desk__gate" and "gate 1.0.0: BLOCK" in (event.message or "")

@@ -53,9 +53,9 @@ from .asset_metadata import (
     slices_metadata,
     verdict_metadata,
 )
-from .checks import rule_check_results, rule_check_specs
+from .checks import gate_check_metadata, rule_check_results, rule_check_specs
 from .conventions import asset_conventions
-from .metadata import GATE_TAG, ProgressLog, gate_log_line, rules_summary
+from .metadata import GATE_TAG, ProgressLog, gate_log_line
 from .resources import ComparisonConfig, EvaluationProject, RecordingConfig, SandboxCluster
 
 IO_MANAGER_KEY = "oloproof_parquet"
@@ -307,9 +307,7 @@ def build_assets(
         return AssetCheckResult(
             passed=decision == ALLOW,
             severity=AssetCheckSeverity.ERROR,
-            # Each rule's own check holds its numbers; this one says the decision and why, in a
-            # short list shown in place (a table overflows the check's page).
-            metadata={"decision": decision, "rules": rules_summary(rules)},
+            metadata=gate_check_metadata(decision, rules),
         )
 
     @asset(

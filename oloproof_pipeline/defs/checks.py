@@ -10,7 +10,7 @@ from dagster import AssetCheckResult, AssetCheckSeverity, AssetCheckSpec, AssetK
 
 from ..decide.formatting import format_interval, format_rate
 from ..model.config import Project, dagster_name
-from ..model.outcomes import PASS
+from ..model.outcomes import BLOCKING_ORDER, PASS
 from ..read.wording import METHOD_NAMES
 
 RULE_CHECK_PREFIX = "rule_"
@@ -74,3 +74,15 @@ def rule_check_results(specs: list[AssetCheckSpec], rules: list[dict[str, Any]])
             check_name=spec.name, passed=rule["decision"] == PASS, severity=AssetCheckSeverity.ERROR,
             metadata=rule_check_metadata(rule),
         )
+
+
+def gate_check_metadata(decision: str, rules: list[dict[str, Any]]) -> dict[str, MetadataValue]:
+    """The decision and which rules block it, worst first, as text shown in place (the check
+    page hides Markdown behind a link and lets a table overflow); each rule's own check says why."""
+    blocking = sorted((rule for rule in rules if rule["decision"] != PASS), key=lambda rule: BLOCKING_ORDER.index(rule["decision"]))
+    passing = [rule["rule_id"] for rule in rules if rule["decision"] == PASS]
+    return {
+        "decision": MetadataValue.text(decision),
+        "blocked by": MetadataValue.text(", ".join(f"{rule['rule_id']} {rule['decision']}" for rule in blocking) or "none"),
+        "passing": MetadataValue.text(", ".join(passing) or "none"),
+    }
