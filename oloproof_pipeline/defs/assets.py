@@ -239,8 +239,9 @@ def build_assets(
         + (upstream(CERTIFICATION) if project.release.require_certified_cases else []),
         code_version=code_version["gate"],
         check_specs=rule_checks,
-        description="The release gate: a decision per rule with its interval, and ALLOW or BLOCK. "
-        "A BLOCK is a successful evaluation: the run stays green and carries the tag oloproof/gate=BLOCK.",
+        description="The release gate: a decision per rule with its interval, and ALLOW or BLOCK. The Checks "
+        "tab has one check per rule (rule_<id>) and gate_allows_release, which fails on a BLOCK. A BLOCK is a "
+        "successful evaluation: the materialization and the run stay green, the run tagged oloproof/gate=BLOCK.",
     )
     def gate(context: AssetExecutionContext, evaluation_project: EvaluationProject) -> Iterator[Output | AssetCheckResult]:
         loaded, version = evaluation_project.load(), context.partition_key
