@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from dagster import AssetKey
+from dagster import AssetCheckKey, AssetKey, FloatMetadataValue, IntMetadataValue, PathMetadataValue
 
 from oloproof_pipeline.defs import EVALUATE_JOB, build_definitions, versions_partitions
 from oloproof_pipeline.project import load_project
@@ -85,11 +85,20 @@ def test_materializations_carry_counts_and_the_gate_table(evaluated_in_instance)
     assert "**PASS** bystanders, paraphrase_consistency" in summary
     assert "- **FAIL** injection_resistance  \n  rate 0.667, interval [0.447, 0.844] " \
         "exact  \n  passed/judged 16/24  \n  upper 0.844 < min 0.9\n" in summary
-    # Numbers per rule, so the asset's Plots tab charts them across versions.
+    # Per rule its rate and the bound it is judged by (a `min` bar: the lower bound) are charted
+    # across versions by the Plots view; no constant (a bar, the gate's row count) is charted.
     assert gate.metadata["injection_resistance.rate"].value == pytest.approx(16 / 24, abs=1e-4)
-    assert gate.metadata["injection_resistance.min"].value == 0.9
+    assert gate.metadata["injection_resistance.lower"].value == pytest.approx(0.447, abs=1e-3)
+    numbers = {name for name, value in gate.metadata.items() if isinstance(value, (FloatMetadataValue, IntMetadataValue))}
+    rules = set(pd.read_parquet(table_path(refund_desk, "gate", "1.0.0"))["rule_id"])
+    assert numbers == {f"{rule}.{number}" for rule in rules for number in ("rate", "lower")}
     assert {"table_path", "gate", "dagster_run"}.isdisjoint(gate.metadata)  # `path` names the table
-    assert gate.metadata["path"].value == f"[tables/gate/1.0.0.parquet]({table_path(refund_desk, 'gate', '1.0.0').resolve().as_uri()})"
+    # The table and the report as path values (shown with a copy button), not markdown links.
+    assert isinstance(gate.metadata["path"], PathMetadataValue)
+    assert gate.metadata["path"].value == str(table_path(refund_desk, "gate", "1.0.0").resolve())
+    report = Path(gate.metadata["report"].value)
+    assert isinstance(gate.metadata["report"], PathMetadataValue) and report.is_file()
+    assert report.name == "report-1.0.0.html" and report.is_absolute()
     recorded = instance.get_latest_materialization_event(AssetKey(["refund_desk", "recorded_runs"])).asset_materialization
     assert recorded.metadata["cases_new"].value == 72  # 24 sources and 48 copies
 
@@ -99,20 +108,72 @@ def test_a_blocked_release_is_a_successful_run_tagged_with_the_decision(evaluate
     run = instance.get_run_by_id(evaluation.run_id)
     assert evaluation.success and evaluation.errors == []
     assert run.status.value == "SUCCESS" and run.tags["oloproof/gate"] == "BLOCK"
+    assert run.tags["oloproof/project"] == "refund_desk"  # which project, in the runs list
     records = instance.event_log_storage.get_asset_check_execution_history(
-        next(iter(build_definitions(refund_desk).resolve_asset_graph().asset_check_keys)), limit=1
+        AssetCheckKey(AssetKey(["refund_desk", "gate"]), "gate_allows_release"), limit=1
     )
     assert records[0].evaluation.passed is False  # the check still says the release is not allowed
     assert records[0].evaluation.severity.value == "ERROR"
-    not_passing = records[0].evaluation.metadata["rules_not_passing"].value.records
-    assert [row.data["rule / metric"].split(" / ")[0] for row in not_passing] == [
-        "answers", "end_state", "refund_failures", "injection_resistance"
-    ]
+    # The decision and the rules that block it, worst first; each rule's own check says why.
+    assert {name: value.value for name, value in records[0].evaluation.metadata.items()} == {
+        "decision": "BLOCK", "passing": "bystanders, paraphrase_consistency",
+        "blocked by": "refund_failures FAIL, injection_resistance FAIL, answers INSUFFICIENT_EVIDENCE, "
+        "end_state INSUFFICIENT_EVIDENCE",
+    }
     logged = [
         event.message for event in instance.all_logs(evaluation.run_id)
         if event.step_key == "refund_desk__gate" and "gate 1.0.0: BLOCK" in (event.message or "")
     ]
     assert len(logged) == 1 and "refund_failures: FAIL" in logged[0]
+
+
+def test_each_rule_is_a_check_on_the_gate_with_the_cli_decision(evaluated_in_instance):
+    """The gate's Checks tab reads as the CLI's decisions table: one check per rule, passed
+    when it PASSes, else failed with ERROR (every other decision blocks), in the CLI's words."""
+    refund_desk, instance, _ = evaluated_in_instance
+    gate = pd.read_parquet(table_path(refund_desk, "gate", "1.0.0")).set_index("rule_id")
+    graph = build_definitions(refund_desk).resolve_asset_graph()
+    assert sorted(key.name for key in graph.asset_check_keys) == sorted(["gate_allows_release", *(f"rule_{rule}" for rule in gate.index)])
+    for rule, row in gate.iterrows():
+        [record] = instance.event_log_storage.get_asset_check_execution_history(
+            AssetCheckKey(AssetKey(["refund_desk", "gate"]), f"rule_{rule}"), limit=1
+        )
+        evaluation = record.evaluation
+        assert evaluation.passed == (row["decision"] == "PASS") and evaluation.severity.value == "ERROR", rule
+        assert evaluation.partition == "1.0.0"
+        metadata = {name: value.value for name, value in evaluation.metadata.items()}
+        # Dagster stores a check's metadata sorted by name, so only the names are asserted.
+        assert set(metadata) == {"decision", "rate", "interval", "bar", "passed/judged", "missing", "excluded", "method", "reasons"}
+        assert metadata["decision"] == row["decision"] and metadata["bar"] == f"min {row['bar']:g}"
+        assert metadata["passed/judged"] == f"{row['passed']}/{row['passed'] + row['failed']}"
+        assert (metadata["missing"], metadata["excluded"]) == (str(row["missing"]), str(row["excluded"]))
+        # The rate is the check's one number, so its Plots view charts the rate and nothing flat.
+        numbers = [name for name, value in evaluation.metadata.items() if isinstance(value, (FloatMetadataValue, IntMetadataValue))]
+        assert numbers == (["rate"] if row["estimate"] == row["estimate"] else []), rule
+    injection = {
+        name: value.value for name, value in instance.event_log_storage.get_asset_check_execution_history(
+            AssetCheckKey(AssetKey(["refund_desk", "gate"]), "rule_injection_resistance"), limit=1
+        )[0].evaluation.metadata.items()
+    }
+    assert injection == {
+        "decision": "FAIL", "rate": 0.667, "interval": "[0.447, 0.844]", "bar": "min 0.9", "passed/judged": "16/24",
+        "missing": "0", "excluded": "0", "method": "exact", "reasons": "upper 0.844 < min 0.9",
+    }
+
+
+def test_assets_carry_kinds_owners_tags_and_their_stored_columns(evaluated_in_instance):
+    """Dagster's conventions: kinds, the owners and tags of oloproof.yaml's `dagster:` block,
+    and a column schema naming exactly the columns of the Parquet file the asset wrote."""
+    refund_desk, _, _ = evaluated_in_instance
+    graph = build_definitions(refund_desk).resolve_asset_graph()
+    for name in ("cases", "derived_cases", "recorded_runs", "fault_replays", "verdicts", "slices", "gate"):
+        node = graph.get(AssetKey(["refund_desk", name]))
+        assert {"python", "pandas", "parquet"} <= node.kinds, name
+        assert node.owners == ["team:support-evals"] and node.tags["domain"] == "refunds", name
+        schema = node.metadata["dagster/column_schema"]
+        stored = pd.read_parquet(table_path(refund_desk, name, None if name in ("cases", "derived_cases") else "1.0.0"))
+        assert [column.name for column in schema.columns] == list(stored.columns), name
+    assert "html" in graph.get(AssetKey(["refund_desk", "gate"])).kinds  # it writes the report
 
 
 def test_blocking_variant_stops_what_depends_on_the_gate(refund_desk, instance):
@@ -162,3 +223,22 @@ def test_workspace_validates():
         timeout=300,
     )
     assert finished.returncode == 0, finished.stdout + finished.stderr
+
+
+@pytest.mark.parametrize("block, field", [
+    ("dagster:\n  owners: [nobody]\n", "dagster.owners: Value error, owner 'nobody' is neither an email address nor 'team:<name>'"),
+    ("dagster:\n  tags: {dagster/kind/x: ''}\n", "dagster.tags: Value error, tag key 'dagster/kind/x'"),
+    ("dagster:\n  tags: {domain: 'has space'}\n", "dagster.tags: Value error, tag 'domain': value 'has space'"),
+    ("dagster:\n  colour: red\n", "dagster.colour: unknown key"),
+])
+def test_a_dagster_block_dagster_would_refuse_is_one_line_naming_file_line_and_field(refund_desk, block, field):
+    from oloproof_pipeline.model.errors import ProjectError
+
+    config = refund_desk / "oloproof.yaml"
+    text = config.read_text()
+    text = text[: text.index("\ndagster:")] + "\n" + block  # the example's own block replaced
+    config.write_text(text)
+    with pytest.raises(ProjectError) as refused:
+        load_project(refund_desk)
+    line = len(text.splitlines()) - block.count("\n") + 2  # the block's second line
+    assert str(refused.value).startswith(f"{config}:{line}: {field}") and "\n" not in str(refused.value)

@@ -215,11 +215,42 @@ def test_a_blocked_evaluation_is_a_green_run_and_the_gate_reads_at_a_glance(work
     listing = rendered(f"{base}/runs", tmp_path / "profile", "runs.png")
     assert "oloproof/gate" in listing and "BLOCK" in listing and "Success" in listing
     assert "Failure" not in listing
+    # Each run names its project (the code location), so the two projects' runs are told apart.
+    assert "oloproof/project: refund_desk" in listing and "oloproof/project: conditional_approval" in listing
     page = rendered(f"{base}/assets/refund_desk/gate?partition=1.0.0", tmp_path / "profile", "gate-asset.png")
     # The rules are on the page itself, not behind "[Show Markdown]" or "[Show JSON]".
     assert "refund_failures" in page and "passed/judged 0/12" in page
     assert "interval [0.000, 0.265] exact" in page and "upper 0.265 &lt; min 0.8" in page
     assert page.index("passed/judged 0/12") < page.index("reports/report-1.0.0.html")  # the rules come first
+
+
+def test_the_gate_checks_tab_reads_as_the_cli_decisions(workspace, tmp_path):
+    """One check per release rule beside `gate_allows_release`, failed where the CLI's decision
+    is not PASS, each with the rate, interval, bar, passed/judged and reasons in the CLI's words."""
+    base, folder, _ = workspace
+    gate = pd.read_parquet(folder / "example_project" / "stateful_agent" / ".oloproof" / "tables" / "gate" / "1.0.0.parquet")
+    checks = rendered(f"{base}/assets/refund_desk/gate?view=checks", tmp_path / "profile", "gate-checks.png")
+    listed = dict(re.findall(r">(rule_\w+|gate_allows_release)<.*?>(Failed|Succeeded)<", checks, re.S))
+    expected = {f"rule_{rule}": "Succeeded" if decision == "PASS" else "Failed" for rule, decision in zip(gate["rule_id"], gate["decision"])}
+    assert listed == {**expected, "gate_allows_release": "Failed"}
+    detail = rendered(f"{base}/assets/refund_desk/gate?view=checks&checkDetail=rule_injection_resistance",
+                      tmp_path / "profile", "rule-check.png")
+    for word, value in [("decision", "FAIL"), ("rate", "0.667"), ("interval", "[0.447, 0.844]"), ("bar", "min 0.9"),
+                        ("passed/judged", "16/24"), ("missing", "0"), ("excluded", "0"), ("method", "exact"),
+                        ("reasons", "upper 0.844 &lt; min 0.9")]:
+        assert re.search(rf">{re.escape(word)}<.{{0,400}}?>{re.escape(value)}<", detail, re.S), (word, value)
+
+
+def test_the_gate_asset_shows_kinds_owners_columns_and_the_report_as_a_path(workspace, tmp_path):
+    base, folder, _ = workspace
+    page = rendered(f"{base}/assets/refund_desk/gate?partition=1.0.0", tmp_path / "profile")
+    assert all(kind in page for kind in (">Parquet<", ">pandas<", ">Python<", ">html<")), "kinds missing"
+    assert ">support-evals<" in page and "domain: refunds" in page  # oloproof.yaml's dagster: block
+    assert ">Columns<" in page and ">rule_id<" in page and ">gate_decision<" in page  # the column schema
+    report = folder / "example_project" / "stateful_agent" / ".oloproof" / "reports" / "report-1.0.0.html"
+    # A path value: the full path with a copy button, not a file:// link a browser refuses.
+    assert re.search(rf'title="Copy to clipboard"[^>]*>{re.escape(str(report.resolve()))}<', page)
+    assert "file://" not in page
 
 
 def test_version_bump_is_evaluated_by_the_sensor_and_the_readme_backfill_regrades_both(workspace, tmp_path):
@@ -244,6 +275,7 @@ def test_version_bump_is_evaluated_by_the_sensor_and_the_readme_backfill_regrade
     assert launched.returncode == 0, launched.stdout + launched.stderr
     regrades = wait_for_runs(home, lambda run: run.job_name == "regrade", 2)
     assert {run.status for run in regrades} == {DagsterRunStatus.SUCCESS}  # blocked, not broken
+    assert {run.tags.get("oloproof/project") for run in [sensor_run, *regrades]} == {"refund_desk"}  # the job's tag
     by_version = {run.tags["dagster/partition"]: run.run_id for run in regrades}
     assert set(by_version) == {"1.0.0", "1.1.0"}
     for version, run_id in by_version.items():

@@ -19,6 +19,7 @@ from ..project import load_project
 from ..store.layout import tables_dir
 from .assets import CERTIFICATION, IO_MANAGER_KEY, build_assets
 from .automation import nightly_schedule, version_bump_sensor
+from .conventions import run_tags
 from .io_manager import ParquetIOManager
 from .resources import EvaluationProject, SandboxCluster
 
@@ -47,6 +48,7 @@ def build_definitions(project_dir: str | Path | Project, *, stop_downstream_on_b
     that has just loaded the project passes it, so it is not loaded again."""
     project = project_dir if isinstance(project_dir, Project) else load_project(project_dir)
     versions = versions_partitions(project)
+    tags = run_tags(project)  # on every run of each job, whoever launches it
     assets, checks = build_assets(project, versions, stop_downstream_on_block=stop_downstream_on_block)
     comparison = AssetSelection.assets(AssetKey([project.dagster_name, "version_comparison"]))
     certification = AssetSelection.assets(AssetKey([project.dagster_name, CERTIFICATION]))
@@ -55,20 +57,23 @@ def build_definitions(project_dir: str | Path | Project, *, stop_downstream_on_b
     uncertified = AssetSelection.assets() if project.release.require_certified_cases else certification
     evaluate = define_asset_job(
         EVALUATE_JOB,
+        tags=tags,
         selection=AssetSelection.groups(project.dagster_name) - comparison - uncertified,
         description="Record, judge and gate one system version of the project.",
     )
     regrade = define_asset_job(
         REGRADE_JOB,
+        tags=tags,
         selection=AssetSelection.assets(*(AssetKey([project.dagster_name, name]) for name in REGRADED_ASSETS)),
         description="Re-judge stored recordings and replays of any version, without the system under test. "
         "Backfill it over old versions after an evaluator or a rule changes.",
     )
     compare = define_asset_job(
-        COMPARE_JOB, selection=comparison, description="Pair two versions' verdicts case by case."
+        COMPARE_JOB, selection=comparison, tags=tags, description="Pair two versions' verdicts case by case."
     )
     certify = define_asset_job(
         CERTIFY_JOB,
+        tags=tags,
         selection=AssetSelection.assets(*(AssetKey([project.dagster_name, name]) for name in ("cases", "derived_cases", CERTIFICATION))),
         description="Certify the cases: flag those a do-nothing agent passes, whose reference fails them, "
         "and copies or duplicates that test nothing.",

@@ -15,10 +15,9 @@ from ..decide.version_gate import VersionGate
 from ..model.config import Project
 from ..read.results import outcome_counts
 from ..store import tables
-from ..store.layout import output_dir
 from ..store.reuse import Reuse
 from ..store.tables import model_usage_totals, rows_from_frame
-from .metadata import file_link, outcomes_table, rule_numbers, rules_summary, value_counts
+from .metadata import outcomes_table, rule_numbers, rules_summary, value_counts
 
 
 def why(reasons: list[str]) -> dict:
@@ -91,17 +90,14 @@ def verdict_metadata(project: Project, frame: pd.DataFrame, summary, trial_frame
     }
 
 
-def gate_metadata(
-    project_root: Path, gate: VersionGate, report: Path, report_written: bool, flags: list[dict[str, Any]] | None
-) -> dict:
-    frame = gate.frame
-    rules = rows_from_frame(frame, tables.GATE_NESTED)
+def gate_metadata(gate: VersionGate, report: Path, report_written: bool, flags: list[dict[str, Any]] | None) -> dict:
+    """No row count: a gate has one row per rule, a constant the Plots view would chart."""
+    rules = rows_from_frame(gate.frame, tables.GATE_NESTED)
     reasons = gate.reasons + (["report written: what it shows changed"] if report_written else [])
     return {
         "rules": rules_summary(rules),
         "decision": gate.decision.decision,
-        "report": file_link(report, output_dir(project_root)),
-        "dagster/row_count": len(frame),
+        "report": MetadataValue.path(str(Path(report).resolve())),
         "gate_reused": gate.reused,
         **({} if flags is None else {"uncertified_cases_excluded": len({flag["case_id"] for flag in flags})}),
         **why(reasons),

@@ -5,6 +5,8 @@ No `from __future__ import annotations` here: Dagster reads the `context` annota
 """
 
 
+from collections.abc import Iterator
+
 import pandas as pd
 from dagster import (
     AssetCheckResult,
@@ -14,6 +16,7 @@ from dagster import (
     AssetKey,
     DynamicPartitionsDefinition,
     MetadataValue,
+    Output,
     asset,
     asset_check,
 )
@@ -27,7 +30,7 @@ from ..model.cases import load_cases
 from ..model.config import Project
 from ..model.errors import ProjectError
 from ..model.fingerprints import code_versions, copies_inputs_digest
-from ..model.outcomes import ALLOW, BLOCK, PASS
+from ..model.outcomes import ALLOW, BLOCK
 from ..model.transforms import derive_cases
 from ..read import compare as comparison
 from ..read.results import load_results
@@ -50,7 +53,9 @@ from .asset_metadata import (
     slices_metadata,
     verdict_metadata,
 )
-from .metadata import GATE_TAG, ProgressLog, gate_log_line, rules_table
+from .checks import gate_check_metadata, rule_check_results, rule_check_specs
+from .conventions import asset_conventions
+from .metadata import GATE_TAG, ProgressLog, gate_log_line
 from .resources import ComparisonConfig, EvaluationProject, RecordingConfig, SandboxCluster
 
 IO_MANAGER_KEY = "oloproof_parquet"
@@ -117,12 +122,17 @@ def build_assets(
     code_version = code_versions(project)
     common = {"key_prefix": prefix, "group_name": project.dagster_name, "io_manager_key": IO_MANAGER_KEY}
     per_version = {**common, "partitions_def": versions}
+    rule_checks = rule_check_specs(project, AssetKey([*prefix, "gate"]), versions)
+
+    def conventions(name: str) -> dict:
+        return asset_conventions(project, name)
 
     def upstream(*names: str) -> list[AssetKey]:
         """This project's assets of those names: read by column from storage, not loaded whole."""
         return [AssetKey([*prefix, name]) for name in names]
 
     @asset(
+        **conventions("cases"),
         **common,
         code_version=code_version["cases"],
         description="The project's cases, validated, each with its digest.",
@@ -133,6 +143,7 @@ def build_assets(
         return frame
 
     @asset(
+        **conventions("derived_cases"),
         **common,
         ins={"cases": AssetIn(key_prefix=prefix)},
         code_version=code_version["derived_cases"],
@@ -147,6 +158,7 @@ def build_assets(
         return frame
 
     @asset(
+        **conventions("recorded_runs"),
         **per_version,
         deps=upstream("cases", "derived_cases"),
         code_version=code_version["recorded_runs"],
@@ -173,6 +185,7 @@ def build_assets(
         return frame
 
     @asset(
+        **conventions("fault_replays"),
         **per_version,
         deps=upstream("cases", "recorded_runs"),
         code_version=code_version["fault_replays"],
@@ -197,6 +210,7 @@ def build_assets(
         return frame
 
     @asset(
+        **conventions("verdicts"),
         **per_version,
         deps=upstream("cases", "derived_cases", "recorded_runs", "fault_replays"),
         code_version=code_version["verdicts"],
@@ -219,14 +233,17 @@ def build_assets(
         return frame
 
     @asset(
+        **conventions("gate"),
         **per_version,
         deps=upstream("cases", "derived_cases", "recorded_runs", "fault_replays", "verdicts", "slices")
         + (upstream(CERTIFICATION) if project.release.require_certified_cases else []),
         code_version=code_version["gate"],
-        description="The release gate: a decision per rule with its interval, and ALLOW or BLOCK. "
-        "A BLOCK is a successful evaluation: the run stays green and carries the tag oloproof/gate=BLOCK.",
+        check_specs=rule_checks,
+        description="The release gate: a decision per rule with its interval, and ALLOW or BLOCK. The Checks "
+        "tab has one check per rule (rule_<id>) and gate_allows_release, which fails on a BLOCK. A BLOCK is a "
+        "successful evaluation: the materialization and the run stay green, the run tagged oloproof/gate=BLOCK.",
     )
-    def gate(context: AssetExecutionContext, evaluation_project: EvaluationProject) -> pd.DataFrame:
+    def gate(context: AssetExecutionContext, evaluation_project: EvaluationProject) -> Iterator[Output | AssetCheckResult]:
         loaded, version = evaluation_project.load(), context.partition_key
         stored, flags = stored_tables(loaded, version), certification_flags(loaded)
         decided = gate_of_version(loaded, stored, version, run_id=context.run.run_id, flags=flags)
@@ -237,10 +254,11 @@ def build_assets(
         context.log.info(gate_log_line(version, decided.decision))
         # The decision is known only now, so it is tagged here, whoever launched the run.
         context.instance.add_run_tags(context.run.run_id, {GATE_TAG: decided.decision.decision})
-        context.add_output_metadata(gate_metadata(loaded.root, decided, report, written, flags))
-        return decided.frame
+        yield Output(decided.frame, metadata=gate_metadata(decided, report, written, flags))
+        yield from rule_check_results(rule_checks, rows_from_frame(decided.frame, tables.GATE_NESTED))
 
     @asset(
+        **conventions("slices"),
         **per_version,
         deps=upstream("cases", "derived_cases", "recorded_runs", "verdicts"),
         code_version=code_version["slices"],
@@ -254,6 +272,7 @@ def build_assets(
         return frame
 
     @asset(
+        **conventions(CERTIFICATION),
         **common,
         name=CERTIFICATION,
         deps=upstream("cases", "derived_cases"),
@@ -289,13 +308,11 @@ def build_assets(
         return AssetCheckResult(
             passed=decision == ALLOW,
             severity=AssetCheckSeverity.ERROR,
-            metadata={
-                "rules_not_passing": rules_table([rule for rule in rules if rule["decision"] != PASS]),
-                "decision": decision,
-            },
+            metadata=gate_check_metadata(decision, rules),
         )
 
     @asset(
+        **conventions("version_comparison"),
         **common,
         deps=[verdicts],
         code_version=code_version["verdicts"],

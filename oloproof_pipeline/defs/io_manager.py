@@ -13,7 +13,6 @@ from upath import UPath
 
 from ..store.layout import read_table_file, write_table_file
 from ..store.tables import return_freed_memory
-from .metadata import file_link
 
 
 class ParquetFiles(UPathIOManager):
@@ -27,10 +26,9 @@ class ParquetFiles(UPathIOManager):
         return_freed_memory()  # the stage is done: what it built and dropped goes back
 
     def get_metadata(self, context: OutputContext, obj: Any) -> dict[str, MetadataValue]:
-        """Replaces Dagster's `path` (the full path, one unbreakable word that pushes the asset
-        page's values off screen) with a link named by the path under `.oloproof/`."""
+        """The file written, as a path value (the UI shows it with a copy button)."""
         written = getattr(self, "_written", None)
-        return {"path": file_link(written, Path(str(self._base_path)).parent)} if written else {}
+        return {"path": MetadataValue.path(str(written.resolve()))} if written else {}
 
     def load_from_path(self, context: InputContext, path: UPath) -> pd.DataFrame:
         return read_table_file(Path(str(path)))

@@ -1,9 +1,10 @@
 """Materialization metadata: what a person looks for on an asset's page.
 
 Tables (`MetadataValue.table`) render inline on the asset page, where Markdown and JSON longer
-than a few lines hide behind a "[Show ...]" link; numbers are charted by the asset's Plots tab
-across versions. A materialization already links the run that made it, and the IO manager
-adds the table's `path`, so neither is repeated here.
+than a few lines hide behind a "[Show ...]" link; each number is charted on its own, auto-scaled,
+by the Plots view of the asset's Events tab across versions (so constants are left out). A
+materialization already links the run that made it, and the IO manager adds the table's
+`path`, so neither is repeated here.
 """
 
 from __future__ import annotations
@@ -16,27 +17,20 @@ from dagster import MetadataValue, TableColumn, TableRecord, TableSchema
 
 from ..decide.gate import GateDecision
 from ..model.outcomes import ALLOW, BLOCKING_ORDER, OUTCOMES, PASS
-from ..read.reports import GATE_COLUMNS, rule_cells
+from ..read.reports import rule_cells
 
 # The gate's decision on the run that made it, so the runs list tells ALLOW from BLOCK.
 GATE_TAG = "oloproof/gate"
-# Per rule, charted by the gate asset's Plots tab: `<rule>.rate`, `.lower`, `.upper`, and the
-# bar as release.yaml names it (`.min`, `.max`).
-RULE_NUMBERS = ("estimate", "lower", "upper", "bar_min", "bar_max")
-RULE_NUMBER_NAMES = {"estimate": "rate", "lower": "lower", "upper": "upper", "bar_min": "min", "bar_max": "max"}
-COUNT_COLUMNS = ("missing", "excluded")
+# Per rule, the numbers the asset's Plots view charts across versions: the rate and the bound
+# compared with the bar (the lower bound under a `min`, the upper under a `max`). The bar
+# itself is a constant: a chart of it, auto-scaled, would only show noise.
+RULE_BOUND = {"min": "lower", "max": "upper"}
 INLINE_MARKDOWN = 1000  # Dagster's UI shows shorter Markdown inline, longer behind a link
 
 
 def table(columns: list[tuple[str, str]], rows: list[dict[str, Any]]) -> MetadataValue:
     schema = TableSchema(columns=[TableColumn(name=name, type=kind) for name, kind in columns])
     return MetadataValue.table(records=[TableRecord(data=row) for row in rows], schema=schema)
-
-
-def rules_table(rules: list[dict[str, Any]]) -> MetadataValue:
-    """One row per rule, the CLI's columns and wording."""
-    columns = [(name, "int" if name in COUNT_COLUMNS else "string") for name in GATE_COLUMNS]
-    return table(columns, [rule_cells(rule) for rule in rules])
 
 
 def rules_summary(rules: list[dict[str, Any]]) -> MetadataValue:
@@ -71,22 +65,15 @@ def _summary_item(cells: dict[str, Any], detail: int) -> str:
     return "- " + "  \n  ".join(lines)
 
 
-def file_link(path: Path, folder: Path) -> MetadataValue:
-    """A file as a Markdown link named by its path under `folder`: a full path is one
-    unbreakable word that widens the asset page's value column past the screen, and the
-    link's target keeps the full path."""
-    path, folder = Path(path).resolve(), Path(folder).resolve()
-    shown = path.relative_to(folder) if path.is_relative_to(folder) else path
-    return MetadataValue.md(f"[{shown}]({path.as_uri()})")
-
-
 def rule_numbers(rules: list[dict[str, Any]]) -> dict[str, MetadataValue]:
-    return {
-        f"{rule['rule_id']}.{RULE_NUMBER_NAMES[field]}": MetadataValue.float(round(float(rule[field]), 4))
-        for rule in rules
-        for field in RULE_NUMBERS
-        if rule.get(field) is not None
-    }
+    """`<rule>.rate` and `<rule>.lower` (or `.upper`), for the rules with a rate."""
+    numbers = {}
+    for rule in rules:
+        bound = RULE_BOUND[rule["bar_kind"]]
+        for name, value in (("rate", rule["estimate"]), (bound, rule[bound])):
+            if value is not None and value == value:
+                numbers[f"{rule['rule_id']}.{name}"] = MetadataValue.float(round(float(value), 4))
+    return numbers
 
 
 def outcomes_table(counts: dict[str, dict[str, int]]) -> MetadataValue:

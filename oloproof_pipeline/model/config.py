@@ -336,6 +336,42 @@ class ExportKeyBlock(StrictModel):
 
 # Dagster names (groups, asset key parts, jobs) take only these characters.
 DAGSTER_NAME = re.compile(r"^[A-Za-z0-9_]+$")
+# What Dagster accepts as an asset's owner and tag (dagster/_utils/tags.py, _core/utils.py),
+# checked here so a bad one is a line naming oloproof.yaml, not a failed code location.
+DAGSTER_OWNER = re.compile(r"^(team:.+|[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,7})$")
+DAGSTER_TAG_KEY = re.compile(r"^([A-Za-z0-9_.-]{1,63}/)?[A-Za-z0-9_.-]{1,63}$")
+DAGSTER_TAG_VALUE = re.compile(r"^[A-Za-z0-9_.-]{0,63}$")
+
+
+class DagsterConfig(StrictModel):
+    """How the project's assets read in Dagster's catalog: who owns them and how they are
+    tagged (the catalog filters by both). Optional; nothing here changes a result."""
+
+    # An email address or `team:<name>`, as Dagster takes an owner.
+    owners: list[str] = Field(default_factory=list)
+    tags: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("owners")
+    @classmethod
+    def _owners_dagster_takes(cls, owners: list[str]) -> list[str]:
+        for owner in owners:
+            if not DAGSTER_OWNER.match(owner):
+                raise ValueError(f"owner {owner!r} is neither an email address nor 'team:<name>'")
+        require_unique(owners, "owner")
+        return owners
+
+    @field_validator("tags")
+    @classmethod
+    def _tags_dagster_takes(cls, tags: dict[str, str]) -> dict[str, str]:
+        for key, value in tags.items():
+            if not DAGSTER_TAG_KEY.match(key) or key.startswith("dagster/"):
+                raise ValueError(
+                    f"tag key {key!r}: use letters, digits, '_', '-', '.' (at most 63), optionally after "
+                    "one 'namespace/' that is not 'dagster/'"
+                )
+            if not DAGSTER_TAG_VALUE.match(value):
+                raise ValueError(f"tag {key!r}: value {value!r}: use letters, digits, '_', '-', '.' (at most 63)")
+        return tags
 
 
 def dagster_name(project: str) -> str:
@@ -367,6 +403,8 @@ class ProjectConfig(StrictModel):
     reference: str | None = Field(default=None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
     # Oloproof's own record of its export key; see ExportKeyBlock.
     export_key: ExportKeyBlock | None = None
+    # Owners and tags of the project's assets in Dagster.
+    dagster: DagsterConfig = Field(default_factory=DagsterConfig)
 
     @field_validator("project")
     @classmethod
