@@ -201,7 +201,7 @@ def test_the_prompt_and_the_model_settings_are_the_systems_code(chat_desk):
     prompt = chat_desk / "prompts" / "desk.md"
     prompt.write_text(prompt.read_text() + "\nBe brief.\n")
     edited = system_code_fingerprint(load_project(chat_desk))
-    assert edited.changes_since(before.files) == ["prompts/desk.md"]
+    assert edited.changes_since(before.files, chat_desk) == ["prompts/desk.md"]
     configure(chat_desk, "http://127.0.0.1:9/v1", model={"temperature": 0.7})
     assert system_code_fingerprint(load_project(chat_desk)).digest != edited.digest
 

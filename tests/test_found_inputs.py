@@ -1,15 +1,18 @@
-"""What a system reads besides its code is an input too (issue 24): the environment variables
-`system.env` names re-record when their values change, and a file `oloproof.yaml` names
-outside the project folder (a dataset at `../cases.jsonl`) invalidates the up-to-date stamp."""
+"""What a cached result is made from (issue 24): the environment variables `system.env` names
+re-record when their values change; a file `oloproof.yaml` names outside the project folder (a
+dataset at `../cases.jsonl`) invalidates the up-to-date stamp; a module the system or a python
+grader imports, found rather than declared, re-records or re-judges when edited, wherever it
+lives; and a launch refused for its `DAGSTER_HOME` leaves the stamp standing."""
 
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pandas as pd
 
 from conftest import write_project
-from helpers import oloproof, oloproof_in_process
+from helpers import OLOPROOF, cli_environment, oloproof, oloproof_in_process
 
 # Marks the world done only while TINY_MODE is "good": what the environment says is behaviour.
 ENV_APP = """
@@ -83,3 +86,99 @@ def test_an_invalid_environment_variable_name_is_one_error_line(tmp_path):
     lines = refused.stderr.strip().splitlines()
     assert len(lines) == 1, refused.stderr
     assert "oloproof.yaml:" in lines[0] and "system.env" in lines[0], lines[0]
+
+
+# -- modules found, not declared -------------------------------------------------------------
+
+# The system's behaviour lives in a module app.py imports; `system.code_paths` names nothing.
+SIBLING_APP = """
+import copy
+
+import behaviour
+
+
+class System:
+    def reset(self, state):
+        self.state = state
+
+    def snapshot(self):
+        return copy.deepcopy(self.state)
+
+    def __call__(self, request):
+        self.state["done"] = behaviour.DONE
+        return {"answer": "ok"}
+"""
+
+
+def test_an_edited_module_the_system_imports_re_records_and_changes_the_gate(tmp_path):
+    root = write_project(tmp_path / "tiny", app=SIBLING_APP, cases=CASES)
+    (root / "behaviour.py").write_text("DONE = True\n")
+    first = oloproof("run", cwd=root)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert set(outcomes(root).values()) == {"PASS"}
+    (root / "behaviour.py").write_text("DONE = False\n")
+    edited = oloproof("run", cwd=root)
+    assert edited.returncode not in (0, 2, 5), edited.stdout + edited.stderr  # decided, not ALLOW
+    assert "12 cases re-recorded: system code changed (behaviour.py)" in edited.stdout, edited.stdout
+    assert set(outcomes(root).values()) == {"FAIL"}
+
+
+def test_an_edited_module_imported_from_outside_the_folder_is_not_up_to_date(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "behaviour.py").write_text("DONE = True\n")
+    app = SIBLING_APP.replace("import behaviour\n", f"import sys\nsys.path.insert(0, {str(shared)!r})\nimport behaviour\n")
+    root = write_project(tmp_path / "tiny", app=app, cases=CASES)
+    first = oloproof("run", cwd=root)
+    assert first.returncode == 0, first.stdout + first.stderr
+    again = oloproof("run", cwd=root)
+    assert "up to date" in again.stdout, again.stdout  # found modules that hold keep the stamp
+    (shared / "behaviour.py").write_text("DONE = False\n")
+    edited = oloproof("run", cwd=root)
+    assert "up to date" not in edited.stdout, edited.stdout
+    assert edited.returncode not in (0, 2, 5), edited.stdout + edited.stderr
+    assert f"12 cases re-recorded: system code changed ({shared / 'behaviour.py'})" in edited.stdout, edited.stdout
+    assert set(outcomes(root).values()) == {"FAIL"}
+
+
+# A python grader whose rule lives in a helper module it imports.
+GRADER = """
+import rules
+
+
+def done(case, recording):
+    passed = rules.accepts(recording.state_after)
+    return {"outcome": "PASS" if passed else "FAIL", "reason": "done" if passed else "not_done", "details": {}}
+"""
+
+
+def test_an_edited_module_a_python_grader_imports_re_judges(tmp_path):
+    app = ENV_APP.replace('os.environ.get("TINY_MODE") == "good"', "True")
+    evaluators = [{"type": "python", "criterion": "done", "function": "graders:done"}]
+    root = write_project(tmp_path / "tiny", app=app, cases=CASES, evaluators=evaluators)
+    (root / "graders.py").write_text(GRADER)
+    (root / "rules.py").write_text("def accepts(state):\n    return state['done']\n")
+    first = oloproof("run", cwd=root)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert set(outcomes(root).values()) == {"PASS"}
+    (root / "rules.py").write_text("def accepts(state):\n    return not state['done']\n")
+    edited = oloproof("run", cwd=root)
+    assert edited.returncode not in (0, 2, 5), edited.stdout + edited.stderr
+    assert "judged 12 verdicts" in edited.stdout, edited.stdout
+    assert "recorded 0 cases and reused 12" in edited.stdout, edited.stdout  # the system is untouched
+    assert set(outcomes(root).values()) == {"FAIL"}
+
+
+def test_a_dagster_home_refused_then_switched_back_is_up_to_date(tmp_path):
+    root = write_project(tmp_path / "tiny", app=ENV_APP.replace('os.environ.get("TINY_MODE") == "good"', "True"), cases=CASES)
+    first = oloproof("run", cwd=root)
+    assert first.returncode == 0, first.stdout + first.stderr
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    away = subprocess.run([OLOPROOF, "run"], cwd=root, capture_output=True, text=True, timeout=300,
+                          env={**cli_environment(), "DAGSTER_HOME": str(elsewhere)})
+    assert away.returncode == 2, away.stdout + away.stderr  # not the project's instance: refused
+    assert "its run history is in" in away.stderr, away.stderr
+    back = oloproof("run", cwd=root)
+    assert back.returncode == 0, back.stdout + back.stderr
+    assert "Version 1.0.0 is up to date" in back.stdout, back.stdout
