@@ -11,6 +11,10 @@ import subprocess
 
 import pandas as pd
 
+from oloproof_pipeline.evaluators.judging import evaluator_digests
+from oloproof_pipeline.model.records import RecordedRun
+from oloproof_pipeline.project import load_project
+
 from conftest import write_project
 from helpers import OLOPROOF, cli_environment, oloproof, oloproof_in_process
 
@@ -182,3 +186,21 @@ def test_a_dagster_home_refused_then_switched_back_is_up_to_date(tmp_path):
     back = oloproof("run", cwd=root)
     assert back.returncode == 0, back.stdout + back.stderr
     assert "Version 1.0.0 is up to date" in back.stdout, back.stdout
+
+
+def test_a_helper_two_graders_import_is_in_both_keys_and_read_afresh(tmp_path):
+    """The second grader finds the helper the first one imported already, and a project
+    loaded again (a long-lived Dagster process) imports the edited helper, not the old one."""
+    evaluators = [{"type": "python", "criterion": name, "function": f"graders:{name}"} for name in ("done", "again")]
+    root = write_project(tmp_path / "tiny", app=ENV_APP, cases=CASES, evaluators=evaluators)
+    (root / "graders.py").write_text(GRADER + "\nagain = done\n")
+    (root / "rules.py").write_text("def accepts(state):\n    return state['done']\n")
+    project = load_project(root)
+    assert [evaluator.project_code_files(root)[1:] for evaluator in project.evaluators] == [[(root / "rules.py").resolve()]] * 2
+    digests = evaluator_digests(project)
+    (root / "rules.py").write_text("def accepts(state):\n    return False\n")
+    again = load_project(root)
+    assert all(old != new for old, new in zip(digests, evaluator_digests(again)))
+    recording = RecordedRun(case_id="c00", case_digest="d", system_version="1.0.0", status="ok",
+                            environment_state={"initial": "sha256:x", "state": {"done": True}})
+    assert again.evaluators[0].function()(None, recording)["outcome"] == "FAIL"  # the edited helper ran

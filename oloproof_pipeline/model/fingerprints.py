@@ -231,10 +231,11 @@ def imported_files() -> list[Path]:
 def imported_file_digests(root: Path) -> dict[str, str]:
     """`imported_files` as a fingerprint names them (relative to `root` when inside it), each
     file read once per process, when first found: the content it was imported with."""
-    for path in imported_files():
+    found = imported_files()
+    for path in found:
         if path not in _imported_digests and path.is_file():
             _imported_digests[path] = file_digest(path)
-    return {relative_name(path, root): _imported_digests[path] for path in imported_files() if path in _imported_digests}
+    return {relative_name(path, root): _imported_digests[path] for path in found if path in _imported_digests}
 
 
 def found_changes(found: dict[str, str], root: Path, read: dict[Path, str | None] | None = None) -> list[str]:
@@ -264,8 +265,7 @@ def imports_seen() -> Iterator[list[Path]]:
     try:
         yield seen
     finally:
-        seen.extend(sorted({path for name, module in list(sys.modules.items())
-                            if name != "__main__" and (path := project_code_file(module)) is not None}))
+        seen.extend(imported_files())  # every project module left was imported within
         for name, module in aside.items():
             sys.modules.setdefault(name, module)
 
