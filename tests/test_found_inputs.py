@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 
 import pandas as pd
 
@@ -95,54 +96,41 @@ def test_an_invalid_environment_variable_name_is_one_error_line(tmp_path):
 # -- modules found, not declared -------------------------------------------------------------
 
 # The system's behaviour lives in a module app.py imports; `system.code_paths` names nothing.
-SIBLING_APP = """
-import copy
+SIBLING_APP = ENV_APP.replace("import os\n", "import os\n\nimport behaviour\n").replace(
+    'os.environ.get("TINY_MODE") == "good"', "behaviour.DONE"
+)
 
-import behaviour
 
-
-class System:
-    def reset(self, state):
-        self.state = state
-
-    def snapshot(self):
-        return copy.deepcopy(self.state)
-
-    def __call__(self, request):
-        self.state["done"] = behaviour.DONE
-        return {"answer": "ok"}
-"""
+def allowed_then_edited(root: Path, module: Path, before: str, after: str) -> subprocess.CompletedProcess:
+    """`module` reads `before`: a run ALLOWs, every case PASS, and a rerun is up to date. Then it
+    reads `after`, which should fail every case: the run after the edit, checked to decide so."""
+    module.write_text(before)
+    first = oloproof("run", cwd=root)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert set(outcomes(root).values()) == {"PASS"}
+    again = oloproof("run", cwd=root)
+    assert "up to date" in again.stdout, again.stdout  # modules found unchanged keep the stamp
+    module.write_text(after)
+    edited = oloproof("run", cwd=root)
+    assert "up to date" not in edited.stdout, edited.stdout
+    assert edited.returncode not in (0, 2, 5), edited.stdout + edited.stderr  # decided, not ALLOW
+    assert set(outcomes(root).values()) == {"FAIL"}
+    return edited
 
 
 def test_an_edited_module_the_system_imports_re_records_and_changes_the_gate(tmp_path):
     root = write_project(tmp_path / "tiny", app=SIBLING_APP, cases=CASES)
-    (root / "behaviour.py").write_text("DONE = True\n")
-    first = oloproof("run", cwd=root)
-    assert first.returncode == 0, first.stdout + first.stderr
-    assert set(outcomes(root).values()) == {"PASS"}
-    (root / "behaviour.py").write_text("DONE = False\n")
-    edited = oloproof("run", cwd=root)
-    assert edited.returncode not in (0, 2, 5), edited.stdout + edited.stderr  # decided, not ALLOW
+    edited = allowed_then_edited(root, root / "behaviour.py", "DONE = True\n", "DONE = False\n")
     assert "12 cases re-recorded: system code changed (behaviour.py)" in edited.stdout, edited.stdout
-    assert set(outcomes(root).values()) == {"FAIL"}
 
 
 def test_an_edited_module_imported_from_outside_the_folder_is_not_up_to_date(tmp_path):
     shared = tmp_path / "shared"
     shared.mkdir()
-    (shared / "behaviour.py").write_text("DONE = True\n")
     app = SIBLING_APP.replace("import behaviour\n", f"import sys\nsys.path.insert(0, {str(shared)!r})\nimport behaviour\n")
     root = write_project(tmp_path / "tiny", app=app, cases=CASES)
-    first = oloproof("run", cwd=root)
-    assert first.returncode == 0, first.stdout + first.stderr
-    again = oloproof("run", cwd=root)
-    assert "up to date" in again.stdout, again.stdout  # found modules that hold keep the stamp
-    (shared / "behaviour.py").write_text("DONE = False\n")
-    edited = oloproof("run", cwd=root)
-    assert "up to date" not in edited.stdout, edited.stdout
-    assert edited.returncode not in (0, 2, 5), edited.stdout + edited.stderr
+    edited = allowed_then_edited(root, shared / "behaviour.py", "DONE = True\n", "DONE = False\n")
     assert f"12 cases re-recorded: system code changed ({shared / 'behaviour.py'})" in edited.stdout, edited.stdout
-    assert set(outcomes(root).values()) == {"FAIL"}
 
 
 # A python grader whose rule lives in a helper module it imports.
@@ -161,16 +149,11 @@ def test_an_edited_module_a_python_grader_imports_re_judges(tmp_path):
     evaluators = [{"type": "python", "criterion": "done", "function": "graders:done"}]
     root = write_project(tmp_path / "tiny", app=app, cases=CASES, evaluators=evaluators)
     (root / "graders.py").write_text(GRADER)
-    (root / "rules.py").write_text("def accepts(state):\n    return state['done']\n")
-    first = oloproof("run", cwd=root)
-    assert first.returncode == 0, first.stdout + first.stderr
-    assert set(outcomes(root).values()) == {"PASS"}
-    (root / "rules.py").write_text("def accepts(state):\n    return not state['done']\n")
-    edited = oloproof("run", cwd=root)
-    assert edited.returncode not in (0, 2, 5), edited.stdout + edited.stderr
+    edited = allowed_then_edited(
+        root, root / "rules.py", "def accepts(state):\n    return state['done']\n", "def accepts(state):\n    return not state['done']\n"
+    )
     assert "judged 12 verdicts" in edited.stdout, edited.stdout
     assert "recorded 0 cases and reused 12" in edited.stdout, edited.stdout  # the system is untouched
-    assert set(outcomes(root).values()) == {"FAIL"}
 
 
 def test_a_dagster_home_refused_then_switched_back_is_up_to_date(tmp_path):
