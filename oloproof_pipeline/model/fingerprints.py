@@ -200,6 +200,7 @@ INSTALLED_ROOTS = tuple(
     ]})
 )
 _imported_digests: dict[Path, str] = {}  # a found module's file -> its digest when first found
+_imported_when: tuple[int, list[Path]] = (-1, [])  # (len(sys.modules), imported_files()) last found
 
 
 @cache
@@ -231,7 +232,10 @@ def imported_files() -> list[Path]:
 def imported_file_digests(root: Path) -> dict[str, str]:
     """`imported_files` as a fingerprint names them (relative to `root` when inside it), each
     file read once per process, when first found: the content it was imported with."""
-    found = imported_files()
+    global _imported_when
+    if _imported_when[0] != len(sys.modules):  # nothing imported since: the same modules
+        _imported_when = (len(sys.modules), imported_files())
+    found = _imported_when[1]
     for path in found:
         if path not in _imported_digests and path.is_file():
             _imported_digests[path] = file_digest(path)
