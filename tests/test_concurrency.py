@@ -25,8 +25,9 @@ from oloproof_pipeline.run.recording import record_cases
 from test_chat_agent import EXAMPLE, VERSION, load_standin_module
 
 REPLY = load_standin_module().reply
-# The stand-in holds the first requests until this many are in flight (or this long passed).
-HOLD_TIMEOUT_S = 5.0
+# The stand-in holds the first requests until this many are in flight (or this long passed):
+# long enough for a loaded machine to start every case, and spent only by a run that is wrong.
+HOLD_TIMEOUT_S = 30.0
 
 
 class CountingStandIn:
