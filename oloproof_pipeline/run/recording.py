@@ -122,7 +122,7 @@ def plan_recordings(
     usable = usable.fillna(False).astype(bool)
     if usable.any():
         usable[usable] = code.holds_for(null_to_none(known.loc[usable, "code_files"]), root)
-    digests = known.loc[usable.fillna(False).to_numpy(dtype=bool), "case_digest"]
+    digests = known.loc[usable.to_numpy(dtype=bool), "case_digest"]
     latest = digests[~digests.duplicated(keep="last")]
     reuse = cases["case_digest"].map(pd.Series(latest.index, index=latest.to_numpy()))
     if fresh:
