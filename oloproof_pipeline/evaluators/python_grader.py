@@ -17,7 +17,9 @@ Violations go in `details["violations"]` as `[{"rule", "step", "tool", "record",
 as the trace rules put them, so exports list them. A function that raises makes the case
 MISSING (`grader_error`); one that returns anything else, MISSING (`grader_bad_return`): never
 a pass. A module that cannot be imported is a configuration error, found before any case is
-judged.
+judged. The module is imported afresh with every project module it imports (found, not
+declared: any module from outside the installed packages), and each of their files is part of
+the verdicts' key, so an edited helper re-judges.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from typing import Any, Callable, ClassVar, Literal
 from pydantic import Field, ValidationError
 
 from ..model.errors import ProjectError
+from ..model.fingerprints import imports_seen
 from ..model.modules import load_callable
 from ..model.cases import CaseRecord
 from ..model.records import RecordedRun
@@ -96,10 +99,14 @@ class PythonGrader(Evaluator):
         self._project_root: Path | None = None
         self._where = "oloproof.yaml: evaluators: function"
         self._function: Callable[..., Any] | None = None
+        self._imported: list[Path] = []
 
     def project_code_files(self, project_root: Path) -> list[Path]:
+        """The grader's module and every module found imported with it (`function()`), wherever
+        they live: an edited helper re-judges as an edited grader does."""
         module_name = self.config.function.partition(":")[0]
-        return [project_root.joinpath(*module_name.split(".")).with_suffix(".py")]
+        module_file = project_root.joinpath(*module_name.split(".")).with_suffix(".py")
+        return [module_file] + [path for path in self._imported if path != module_file.resolve()]
 
     def default_criterion(self) -> str:
         return self.config.function.rpartition(":")[2]
@@ -118,7 +125,9 @@ class PythonGrader(Evaluator):
         if self._function is None:
             if self._project_root is None:
                 raise ProjectError(f"{self._where}: the grader was built without a project folder")
-            loaded = load_callable(self._project_root, self.config.function, where=self._where)
+            with imports_seen() as imported:  # each project module it imports, imported afresh
+                loaded = load_callable(self._project_root, self.config.function, where=self._where)
+            self._imported = imported
             if not callable(loaded):
                 raise ProjectError(f"{self._where}: {self.config.function} is not callable")
             self._function = loaded

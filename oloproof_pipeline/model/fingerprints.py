@@ -8,20 +8,28 @@
   backfill re-grades them.
 - `system_code_fingerprint`: the system's code, read as files (never imported): the module the
   callable lives in and every file under `system.code_paths`. A recording is reused only while
-  its case digest, the system version and this fingerprint are unchanged.
-- `evaluator_digest`: an evaluator's configuration and code (and a python grader's module). A
-  verdict is reused only while it and the verdict's recordings and replays are unchanged.
+  its case digest, the system version and this fingerprint are unchanged, and while every module
+  the worker found the system had imported (`imported_files`, stored with the recording in
+  `code_files`) still has the content it had then (`CodeFingerprint.changes_since`).
+- `evaluator_digest`: an evaluator's configuration and code (and a python grader's module, with
+  every module it was found to import). A verdict is reused only while it and the verdict's
+  recordings and replays are unchanged.
 - `row_key` and `frame_digest`: short keys joining those parts, row by row and over a table.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import site
+import sys
+import sysconfig
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import pandas as pd
 
@@ -152,12 +160,118 @@ class CodeFingerprint:
         """The file digests as JSON text, as the `code_files` column holds them."""
         return canonical_json(self.files)
 
-    def changes_since(self, earlier: dict[str, str] | None) -> list[str]:
-        """The files added, removed or edited since `earlier` (None: nothing is known of it)."""
+    def with_found(self, found: dict[str, str] | None) -> "CodeFingerprint":
+        """These files and the modules a worker found the system imported (`imported_files`),
+        as a recording stores them: the found ones are checked against their files when the
+        recording is next considered for reuse (`changes_since`)."""
+        return CodeFingerprint(self.digest, {**(found or {}), **self.files})
+
+    def changes_since(self, earlier: dict[str, str] | None, root: Path) -> list[str]:
+        """The files added, removed or edited since `earlier` (None: nothing is known of it).
+        A file `earlier` has beyond these, a module found imported, is compared with its file
+        as it is now (`root`: the project folder its name is relative to)."""
         if earlier is None:
             return []
-        names = sorted(set(earlier) | set(self.files))
-        return [name for name in names if earlier.get(name) != self.files.get(name)]
+        changed = [name for name in sorted(self.files) if earlier.get(name) != self.files[name]]
+        found = {name: each for name, each in earlier.items() if name not in self.files}
+        return changed + found_changes(found, root)
+
+    def holds_for(self, stored_files: Iterable[str | None], root: Path) -> list[bool]:
+        """Per stored `code_files` text (of a recording with this digest): whether every module
+        found imported then is unchanged now. Each distinct text is checked, and each file read,
+        once."""
+        verdicts: dict[str | None, bool] = {}
+        read: dict[Path, str | None] = {}
+        for text in stored_files:
+            if text not in verdicts:
+                found = {} if text is None else {n: d for n, d in json.loads(text).items() if n not in self.files}
+                verdicts[text] = not found_changes(found, root, read)
+        return [verdicts[text] for text in stored_files]
+
+
+# -- modules found imported -------------------------------------------------------------------
+
+# Where installed code lives (the standard library, site-packages) and the pipeline itself:
+# a module imported from anywhere else is the project's own code, declared or not.
+INSTALLED_ROOTS = tuple(
+    sorted({str(Path(path).resolve()) for path in [
+        *(sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib", "purelib", "platlib")),
+        *site.getsitepackages(), site.getusersitepackages(), str(PACKAGE),
+    ]})
+)
+_imported_digests: dict[Path, str] = {}  # a found module's file -> its digest when first found
+_imported_when: tuple[int, list[Path]] = (-1, [])  # (len(sys.modules), imported_files()) last found
+
+
+@cache
+def project_code_path(name: str) -> Path | None:
+    """The module file `name` (a `__file__`) when it is code outside the installed packages and
+    the pipeline; None when it is installed, or not Python source."""
+    if not name.endswith(".py"):
+        return None
+    path = Path(name).resolve()
+    text = str(path)
+    if any(text == root or text.startswith(root + os.sep) for root in INSTALLED_ROOTS):
+        return None
+    return path
+
+
+def project_code_file(module: Any) -> Path | None:
+    """The file `module` was imported from when it is project code (`project_code_path`)."""
+    name = getattr(module, "__file__", None)
+    return project_code_path(name) if isinstance(name, str) else None
+
+
+def imported_files() -> list[Path]:
+    """The files of every module this process has imported from outside the installed
+    packages and the pipeline: what a worker's system (or a grader) is actually made of."""
+    found = {project_code_file(module) for name, module in list(sys.modules.items()) if name != "__main__"}
+    return sorted(path for path in found if path is not None)
+
+
+def imported_file_digests(root: Path) -> dict[str, str]:
+    """`imported_files` as a fingerprint names them (relative to `root` when inside it), each
+    file read once per process, when first found: the content it was imported with."""
+    global _imported_when
+    if _imported_when[0] != len(sys.modules):  # nothing imported since: the same modules
+        _imported_when = (len(sys.modules), imported_files())
+    found = _imported_when[1]
+    for path in found:
+        if path not in _imported_digests and path.is_file():
+            _imported_digests[path] = file_digest(path)
+    return {relative_name(path, root): _imported_digests[path] for path in found if path in _imported_digests}
+
+
+def found_changes(found: dict[str, str], root: Path, read: dict[Path, str | None] | None = None) -> list[str]:
+    """The names among `found` (as `imported_file_digests` gave them) whose file changed or is
+    gone (`read`: the files already read for this question, by path)."""
+    read = {} if read is None else read
+    changed = []
+    for name, each in sorted(found.items()):
+        path = root / name
+        if path not in read:
+            read[path] = file_digest(path) if path.is_file() else None
+        if read[path] != each:
+            changed.append(name)
+    return changed
+
+
+@contextmanager
+def imports_seen() -> Iterator[list[Path]]:
+    """Within: project modules already imported are put aside, so a module imported now (a
+    python grader's) executes afresh with each module it imports; after, the list holds the
+    files of those modules and the ones put aside and not imported again come back."""
+    aside = {name: module for name, module in list(sys.modules.items())
+             if name != "__main__" and project_code_file(module) is not None}
+    for name in aside:
+        del sys.modules[name]
+    seen: list[Path] = []
+    try:
+        yield seen
+    finally:
+        seen.extend(imported_files())  # every project module left was imported within
+        for name, module in aside.items():
+            sys.modules.setdefault(name, module)
 
 
 def callable_module_file(project: Project) -> Path:
@@ -229,7 +343,8 @@ def run_inputs_digest(project: Project) -> str:
     the system's code wherever `system.code_paths` puts it, and the pipeline's own code. Equal
     digests, and stored tables untouched since, mean a run would reuse every result."""
     files = {relative_name(path, project.root): file_digest(path) for path in files_under(project.root)}
-    for path in named_files(project):  # a dataset or labels file outside the folder, by its path
+    graders = [path for evaluator in project.evaluators for path in evaluator.project_code_files(project.root)]
+    for path in named_files(project) + graders:  # a dataset, labels or grader module outside the folder
         if path.is_file():
             files.setdefault(relative_name(path, project.root), file_digest(path))
     body = {"files": files, "system_code": system_code_fingerprint(project).digest, "pipeline": pipeline_code_version()}

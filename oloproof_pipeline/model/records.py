@@ -46,6 +46,10 @@ class RecordedRun(RunResult):
     case_digest: str
     system_version: str
     recorded_by_run: str | None = None
+    # The modules the worker found the system had imported from outside the installed packages
+    # (name -> digest, model/fingerprints.py's `imported_file_digests`): stored in the row's
+    # `code_files` with the declared code, never a column of their own.
+    found_files: dict[str, str] | None = None
 
 
 class ReplayResult(RunResult):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 import pandas as pd
@@ -79,9 +80,9 @@ def recording_row(run: RecordedRun, code: CodeFingerprint, config: ProjectConfig
     simulator = simulator_digest(config.system.simulated_user)
     key = recording_key(run.case_digest, run.system_version, code.digest, run.recorded_by_run, run.status, simulator)
     return {
-        **run.model_dump(mode="json"),
+        **run.model_dump(mode="json", exclude={"found_files"}),
         "code_fingerprint": code.digest,
-        "code_files": code.files_text,
+        "code_files": code.with_found(run.found_files).files_text,
         "recording_key": key,
         **usage,
         "cost_usd": cost_usd(config, usage),
@@ -111,13 +112,17 @@ class RecordingPlan:
 
 
 def plan_recordings(
-    cases: pd.DataFrame, known: pd.DataFrame, version: str, code: CodeFingerprint, fresh: bool, simulator: str | None = None
+    cases: pd.DataFrame, known: pd.DataFrame, version: str, code: CodeFingerprint, fresh: bool, root: Path,
+    simulator: str | None = None,
 ) -> RecordingPlan:
-    """Reuse a known clean recording of the same case digest, version, code and simulated
-    user; else record."""
+    """Reuse a known clean recording of the same case digest, version, code (the modules found
+    imported with it unchanged too) and simulated user; else record."""
     usable = (known["status"] == OK) & (known["system_version"] == version) & (known["code_fingerprint"] == code.digest)
     usable &= same_simulator(known, simulator)
-    digests = known.loc[usable.fillna(False).to_numpy(dtype=bool), "case_digest"]
+    usable = usable.fillna(False).astype(bool)
+    if usable.any():
+        usable[usable] = code.holds_for(null_to_none(known.loc[usable, "code_files"]), root)
+    digests = known.loc[usable.to_numpy(dtype=bool), "case_digest"]
     latest = digests[~digests.duplicated(keep="last")]
     reuse = cases["case_digest"].map(pd.Series(latest.index, index=latest.to_numpy()))
     if fresh:
@@ -127,7 +132,7 @@ def plan_recordings(
 
 
 def why_recorded(
-    cases: pd.DataFrame, plan: RecordingPlan, code: CodeFingerprint, fresh: bool, summary: RecordingSummary,
+    cases: pd.DataFrame, plan: RecordingPlan, code: CodeFingerprint, fresh: bool, summary: RecordingSummary, root: Path,
     simulator: str | None = None,
 ) -> None:
     """Name, per case recorded now, why no stored recording of it could be reused."""
@@ -141,14 +146,22 @@ def why_recorded(
     todo = cases.iloc[plan.to_record].merge(last, on="case_digest", how="left", indicator="found")
     known_ids = set(plan.known["case_id"])
     changes: dict[Any, str] = {}
+    holds: dict[str | None, bool] = {}
+
+    def changed_found(files: str | None) -> bool:
+        """A module found imported with the recording has changed since (each text checked once)."""
+        if files not in holds:
+            holds[files] = code.holds_for([files], root)[0]
+        return not holds[files]
+
     for case in rows_of(todo, ["case_id", "found", "status", "code_fingerprint", "code_files", "same_simulator"]):
         if case.found == "left_only":
             summary.because(RECORDED, "case changed" if case.case_id in known_ids else "new case")
         elif case.status != OK:
             summary.because(RERECORDED, f"the last recording was not clean ({case.status})")
-        elif case.code_fingerprint != code.digest:
+        elif case.code_fingerprint != code.digest or changed_found(case.code_files):
             if case.code_files not in changes:
-                changes[case.code_files] = code_change(code, case.code_files)
+                changes[case.code_files] = code_change(code, case.code_files, root)
             summary.because(RERECORDED, changes[case.code_files])
         elif not case.same_simulator:
             summary.because(RERECORDED, "simulated user changed")
@@ -156,11 +169,11 @@ def why_recorded(
             summary.because(RERECORDED, "recorded under another version")
 
 
-def code_change(code: CodeFingerprint, stored_files: str | None) -> str:
+def code_change(code: CodeFingerprint, stored_files: str | None, root: Path) -> str:
     """`system code changed (app.py)`: the files whose content differs from the recording's."""
     if stored_files is None:
         return "system code changed (no code fingerprint stored with the recording)"
-    changed = code.changes_since(json.loads(stored_files))
+    changed = code.changes_since(json.loads(stored_files), root)
     shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
     return f"system code changed ({shown})" if changed else "system code changed"
 
@@ -204,7 +217,9 @@ class RecordingStage:
 
     def plan(self, known: KnownWork) -> Recordings:
         plans = {
-            trial: plan_recordings(self.keys, self.known_of(known.frame, trial), self.version, self.code, self.fresh, self.simulator)
+            trial: plan_recordings(
+                self.keys, self.known_of(known.frame, trial), self.version, self.code, self.fresh, self.project.root, self.simulator
+            )
             for trial in self.trials
         }
         recordings = Recordings(known, plans, {trial: RowBatches(self.stored.schema, RUN_NESTED) for trial in self.trials})
@@ -217,7 +232,7 @@ class RecordingStage:
         return known
 
     def explain(self, trial: int, plan: RecordingPlan, summary: RecordingSummary) -> None:
-        why_recorded(self.keys, plan, self.code, self.fresh, summary, self.simulator)
+        why_recorded(self.keys, plan, self.code, self.fresh, summary, self.project.root, self.simulator)
 
     def left(self, recordings: Recordings) -> int:
         return sum(len(plan.to_record) for plan in recordings.plans.values())

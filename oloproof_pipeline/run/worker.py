@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterator
 
 from ..model.config import PROJECT_FILE
 from ..model.errors import ProjectError
+from ..model.fingerprints import imported_file_digests
 from ..model.records import RecordedRun, ReplayResult
 from .reference import ReferencePlayer, load_reference
 from .runner import SandboxRunner, can_replay
@@ -105,9 +106,12 @@ def refused(task: RecordTask | ReplayTask, version: str, refusal: str) -> Worker
     return WorkerMessage(replayed=ReplayResult(status="error", error=refusal))
 
 
-def serve(runner: SandboxRunner, task: RecordTask | ReplayTask) -> WorkerMessage:
+def serve(runner: SandboxRunner, task: RecordTask | ReplayTask, project_root: Path) -> WorkerMessage:
     if isinstance(task, RecordTask):
         result = runner.record(task.case)
+        # What the system is made of, found rather than declared: every module imported so far
+        # (building it, and this case and the ones before) from outside the installed packages.
+        result.found_files = imported_file_digests(project_root)
         answer = WorkerMessage(recorded=result)
     else:
         result = runner.replay(task.case, task.trajectory, task.checkpoint, task.change)
@@ -159,13 +163,15 @@ def work(settings: SandboxSettings, channel: socket.socket) -> None:
         send(channel, WorkerMessage(failed=[problem]))
         leave()
     send(channel, WorkerMessage(ready=facts))
+    root = Path(settings.spec.project_root)
+    imported_file_digests(root)  # each module's file read as soon as it is found imported
     refusal = version_refusal(settings, facts.version)
     if settings.cases_at_once > 1:
         serve_side_by_side(settings, runner, channel, refusal)
     for line in tasks_on(channel):
         try:
             task = TASKS.validate_json(line)
-            answer = serve(runner, task) if refusal is None else refused(task, settings.version, refusal)
+            answer = serve(runner, task, root) if refusal is None else refused(task, settings.version, refusal)
         except SystemExit as leaving:  # the system asked its process to end: it does
             leave(exit_code(leaving))
         except Exception as error:  # the task itself could not be served (never the system's failures)
@@ -197,7 +203,7 @@ def serve_side_by_side(settings: SandboxSettings, first: SandboxRunner, channel:
                         local.runner = spare.pop()
                     except IndexError:
                         local.runner = first.another()
-                answer = serve(local.runner, task)
+                answer = serve(local.runner, task, Path(settings.spec.project_root))
                 answer.retire = False
         except SystemExit as leaving:  # the system asked its process to end: it does
             leave(exit_code(leaving))

@@ -6,6 +6,10 @@ the digest of everything the run read (`model.fingerprints.run_inputs_digest`) a
 modification time of every file the pipeline keeps (tables, journals, reports). A rerun whose
 inputs digest is the same, and that finds those files exactly as the run left them, would reuse
 every recording, replay and verdict and decide the same gate: there is nothing to run.
+
+The modules the system's workers found it imported (stored with each recording, in `code_files`)
+are kept in the stamp too and read again when it is checked: one edited outside the project
+folder, which the inputs digest does not cover, is not up to date either.
 """
 
 from __future__ import annotations
@@ -17,7 +21,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from ..model.fingerprints import found_changes
 from .layout import journal_dir, reports_dir, run_stamp_path, tables_dir, write_text_file
+from .stored import StoredTable
+from .tables import null_to_none
 
 FileState = tuple[int, int]  # size in bytes, modification time in ns
 
@@ -39,6 +46,9 @@ class RunStamp(BaseModel):
     outputs: dict[str, FileState]
     # How to open that run in Dagster, as the run printed it (no Dagster import to say it again).
     dagster_dev: str
+    # The system's code outside the project folder (declared or found imported) as its
+    # recordings stored it, by path: each file is read again when the stamp is checked.
+    code_files: dict[str, str] = {}
 
 
 def stored_outputs(project_root: Path) -> dict[str, FileState]:
@@ -55,6 +65,17 @@ def stored_outputs(project_root: Path) -> dict[str, FileState]:
     return state
 
 
+def code_files_outside(project_root: Path, version: str) -> dict[str, str]:
+    """The files of the system's code outside the project folder (named by absolute path) that
+    the version's recordings, every trial, were made with: the inputs digest covers the folder."""
+    files: dict[str, str] = {}
+    stored = StoredTable.at(project_root, "recorded_runs", "trial_runs", partition=version)
+    if stored.exists:
+        for text in set(null_to_none(stored.columns("code_files")["code_files"])) - {None}:
+            files.update((name, each) for name, each in json.loads(text).items() if Path(name).is_absolute())
+    return files
+
+
 def write_run_stamp(project_root: Path, *, version: str, ungated: bool, inputs_digest: str, run_id: str,
                     dagster_dev: str) -> RunStamp:
     stamp = RunStamp(
@@ -62,6 +83,7 @@ def write_run_stamp(project_root: Path, *, version: str, ungated: bool, inputs_d
         run_id=run_id,
         finished_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         outputs=stored_outputs(project_root), dagster_dev=dagster_dev,
+        code_files=code_files_outside(project_root, version),
     )
     write_text_file(run_stamp_path(project_root, version), stamp.model_dump_json(indent=2))
     return stamp
@@ -79,9 +101,14 @@ def unchanged_since(project_root: Path, *, version: str, ungated: bool, inputs_d
         str(Path(project_root).resolve()), version, ungated, inputs_digest, os.environ.get("DAGSTER_HOME")
     ):
         return None
-    return stamp if stamp.outputs == stored_outputs(project_root) else None
+    if stamp.outputs != stored_outputs(project_root) or found_changes(stamp.code_files, Path(project_root)):
+        return None
+    return stamp
 
 
 def forget_run_stamp(project_root: Path, version: str) -> None:
-    """A run is under way: until it completes, the last stamp says nothing about the tables."""
-    run_stamp_path(project_root, version).unlink(missing_ok=True)
+    """A run is about to launch: the last stamp is kept. It holds only while every file the
+    pipeline keeps is exactly as that run left it, so a run that writes anything (a killed one
+    too) voids it by writing; a launch refused before it writes (a `$DAGSTER_HOME` that is not
+    the project's instance) must leave it standing, or switching back would launch a run."""
+    return None
