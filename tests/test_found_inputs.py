@@ -187,3 +187,24 @@ def test_a_helper_two_graders_import_is_in_both_keys_and_read_afresh(tmp_path):
     recording = RecordedRun(case_id="c00", case_digest="d", system_version="1.0.0", status="ok",
                             environment_state={"initial": "sha256:x", "state": {"done": True}})
     assert again.evaluators[0].function()(None, recording)["outcome"] == "FAIL"  # the edited helper ran
+
+
+def test_a_variable_changed_in_a_long_lived_process_reaches_the_system(tmp_path, monkeypatch):
+    """`dagster dev` or a notebook evaluates twice in one process: the second run's worker
+    gets the variable as it is now, not as it was when the first run started the fork server."""
+    from dagster import DagsterInstance
+
+    from oloproof_pipeline.defs.launch import run_evaluation
+
+    root = write_project(tmp_path / "tiny", app=ENV_APP, cases=CASES, extra_config="")
+    config = json.loads((root / "oloproof.yaml").read_text())
+    config["system"]["env"] = ["TINY_MODE"]
+    (root / "oloproof.yaml").write_text(json.dumps(config, indent=2))
+    (tmp_path / "instance").mkdir()
+    with DagsterInstance.local_temp(tempdir=str(tmp_path / "instance")) as instance:
+        monkeypatch.setenv("TINY_MODE", "good")
+        run_evaluation(root, instance=instance)
+        assert set(outcomes(root).values()) == {"PASS"}
+        monkeypatch.setenv("TINY_MODE", "bad")
+        run_evaluation(root, instance=instance)
+        assert set(outcomes(root).values()) == {"FAIL"}

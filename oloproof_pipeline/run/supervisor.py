@@ -133,6 +133,13 @@ def describe_exit(returncode: int | None) -> str:
 # -- the fork server -----------------------------------------------------------------------
 
 
+def worker_environment() -> dict[str, str]:
+    """This process's environment as a worker gets it: the pipeline importable from there."""
+    environment = dict(os.environ)
+    environment["PYTHONPATH"] = os.pathsep.join(filter(None, [_PACKAGE_PARENT, environment.get("PYTHONPATH")]))
+    return environment
+
+
 def _close_fork_server(control: socket.socket, process: subprocess.Popen) -> None:
     control.close()  # it exits when its channel closes
     try:
@@ -148,14 +155,12 @@ class ForkServer:
 
     def __init__(self) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        environment = dict(os.environ)
-        environment["PYTHONPATH"] = os.pathsep.join(filter(None, [_PACKAGE_PARENT, environment.get("PYTHONPATH")]))
         self._process = subprocess.Popen(
             [sys.executable, "-m", "oloproof_pipeline.run.worker", str(theirs.fileno())],
             pass_fds=[theirs.fileno()],
             stdin=subprocess.DEVNULL,
             stdout=2,  # what a system prints goes to stderr, never among the evaluation's output
-            env=environment,
+            env=worker_environment(),
             start_new_session=True,  # a Ctrl-C meant for the CLI reaches the CLI, which stops it
         )
         theirs.close()
@@ -171,10 +176,12 @@ class ForkServer:
         return self.owner == os.getpid() and self._process.poll() is None
 
     def fork(self, settings: dict[str, Any]) -> tuple[int, socket.socket]:
-        """A new worker process for `settings`: its pid and our end of its channel."""
+        """A new worker process for `settings`, with this process's environment as it is now
+        (the server's is the one it started with): its pid and our end of its channel."""
         ours, theirs = socket.socketpair()
+        request = {"settings": settings, "environment": worker_environment()}
         try:
-            socket.send_fds(self._control, [json.dumps(settings).encode()], [theirs.fileno()])
+            socket.send_fds(self._control, [json.dumps(request).encode()], [theirs.fileno()])
             reply = self._control.recv(4096)
         finally:
             theirs.close()

@@ -255,8 +255,8 @@ def stop_all(channels: dict[int, socket.socket]) -> None:
 
 
 def fork_server(control: socket.socket) -> None:
-    """Fork a worker per request on `control` (settings, plus the worker's end of its
-    channel), answer with its pid; end when `control` closes, stopping any worker still
+    """Fork a worker per request on `control` (settings and the environment to run them in,
+    plus the worker's end of its channel), answer with its pid; end when `control` closes, stopping any worker still
     running (its supervisor is gone, and a hung case would otherwise run on)."""
     wake_read, wake_write = os.pipe()
     os.set_blocking(wake_write, False)
@@ -272,7 +272,7 @@ def fork_server(control: socket.socket) -> None:
                 os.read(wake_read, 4096)
                 continue
             try:
-                message, fds, _, _ = socket.recv_fds(control, 1 << 16, 1)
+                message, fds, _, _ = socket.recv_fds(control, 1 << 20, 1)
             except OSError:  # reset by a killed evaluating process: gone all the same
                 message, fds = b"", []
             if not message:  # the evaluating process is gone: so is every case it asked for
@@ -292,7 +292,12 @@ def fork_server(control: socket.socket) -> None:
                 for other in channels.values():
                     other.close()
                 os.setsid()
-                work(SandboxSettings.from_json(json.loads(message)), channel)
+                request = json.loads(message)
+                # The environment of the evaluating process as it is now, not as it was when
+                # this server started: a variable set since (system.env) reaches the system.
+                os.environ.clear()
+                os.environ.update(request["environment"])
+                work(SandboxSettings.from_json(request["settings"]), channel)
             channels[pid] = channel
             control.send(json.dumps({"pid": pid}).encode())
         report_ended(channels)
