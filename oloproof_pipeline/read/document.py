@@ -14,6 +14,7 @@ from ..store.stored import StoredTable
 from ..store.tables import GATE_NESTED, rows_from_frame
 from .reports import report_path, stored_trials
 from .results import outcome_counts
+from .spend import SPEND_COLUMNS, VersionSpend, version_spend
 
 
 @dataclass(frozen=True)
@@ -119,8 +120,14 @@ class RunSummary:
         path = report_path(self.project_root, self.version)
         return str(path) if path.is_file() else None
 
+    def spend(self) -> VersionSpend:
+        """The version's model calls, tokens and cost, over its stored recordings."""
+        runs = StoredTable.at(self.project_root, "recorded_runs", partition=self.version)
+        return version_spend(runs.columns(*SPEND_COLUMNS) if runs.exists else None)
+
     def document(self) -> dict[str, Any]:
-        return {"counts": self.counts(), "why": self.why(), "report": self.report_path(), "dagster_dev": self.dagster_dev}
+        return {"counts": self.counts(), "spend": self.spend().as_json(), "why": self.why(), "report": self.report_path(),
+                "dagster_dev": self.dagster_dev}
 
 
 def run_document(gate: dict[str, Any], run_id: str, summary: RunSummary, *, why: list[str] | None = None) -> dict[str, Any]:
