@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pandas as pd
+import pytest
 
 from helpers import oloproof, oloproof_in_process
 
 from oloproof_pipeline.cli.init import write_gitignore
-
+from oloproof_pipeline.store.layout import read_table
 
 
 def decision_lines(output: str) -> list[str]:
@@ -119,3 +121,39 @@ def test_without_a_release_policy_a_run_must_be_asked_to_be_ungated(tmp_path):
         f"error: {project / 'release.yaml'}:2: rules: Value error, a release policy needs at least one rule "
         "(without release.yaml, `oloproof run --ungated` records and judges without a gate)"
     ]
+
+
+def test_run_json_and_the_run_summary_say_what_the_model_calls_cost(tmp_path):
+    """A chat agent priced by `pricing:`: `run --json` gives the version's model calls, tokens
+    and cost_usd (the sums over its recordings; the calls are the ones the stand-in got), and
+    the summary of a rerun with nothing changed says them in one line, with no new call."""
+    from test_budget import RATE, configure
+    from test_concurrency import EXAMPLE, SOURCES, CountingStandIn
+
+    root = tmp_path / "chat_desk"
+    shutil.copytree(EXAMPLE, root, ignore=shutil.ignore_patterns(".oloproof", "__pycache__"))
+    data = root / "data" / "cases.jsonl"
+    data.write_text("\n".join(line for line in data.read_text().splitlines() if json.loads(line)["id"] in SOURCES) + "\n")
+    with CountingStandIn() as standin:
+        configure(root, standin.url, pricing=[RATE])
+        ran = oloproof("run", "--json", cwd=root)
+        document = json.loads(ran.stdout)
+        calls = len(standin.log)
+        again = oloproof("run", cwd=root, columns=200)
+        assert len(standin.log) == calls  # nothing changed: no model call
+    assert ran.returncode == document["gate"]["exit_code"], ran.stderr
+    runs = read_table(root, "recorded_runs", document["version"])
+    spend = document["spend"]
+    assert spend["model_calls"] == calls > 0 and spend["unpriced"] == 0
+    assert spend["prompt_tokens"] == runs["prompt_tokens"].sum() > 0 and spend["completion_tokens"] == runs["completion_tokens"].sum() > 0
+    assert spend["cost_usd"] == pytest.approx(runs["cost_usd"].sum()) and spend["cost_usd"] > 0
+    assert "is up to date" in again.stdout
+    [line] = [line for line in again.stdout.splitlines() if line.startswith("Model use:")]
+    assert line == (f"Model use: {calls} model calls, {spend['prompt_tokens']} prompt + {spend['completion_tokens']} "
+                    f"completion tokens, ${spend['cost_usd']:.4f}")
+
+
+def test_a_scripted_system_spends_nothing_in_run_json(evaluated_example):
+    _, ran = evaluated_example
+    assert json.loads(ran.stdout)["spend"] == {"model_calls": 0, "prompt_tokens": 0, "completion_tokens": 0,
+                                               "cost_usd": None, "unpriced": 0}
