@@ -229,3 +229,22 @@ def test_run_says_what_it_did_and_a_verbose_block_has_no_stack_trace(evaluated_d
     narrow = oloproof_in_process("run", cwd=root, columns=60)
     assert narrow.returncode == 1 and "Version 1.0.0 is up to date" in narrow.stdout
     check_fits(narrow.stdout, out, 60)
+
+
+# -- what `inspect` shows ------------------------------------------------------------------
+
+
+def test_inspect_shows_verdicts_first_with_expected_beside_actual(examples):
+    """ord-021 should have been declined and was refunded: its verdicts come first, the answer
+    expected ("declined") beside the answer given, the status expected beside the status left;
+    the bystander order's four paths, which all held, are one line."""
+    root, _ = examples["stateful-agent"]
+    shown = oloproof_in_process("inspect", "ord-021", cwd=root, columns=100)
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert lines.index("Verdicts") < next(index for index, line in enumerate(lines) if line.startswith("input"))
+    assert ["answer", '"declined"', '"refunded"'] in [line.split() for line in lines]
+    assert ["orders.ord-021.status", '"delivered"', '"refunded"'] in [line.split() for line in lines]
+    untouched = lines.index(next(line for line in lines if line.startswith("other_order_untouched")))
+    assert lines[untouched + 1].split() == ["all", "4", "paths", "held", "(orders.ord-999.*)"]
+    assert not any("orders.ord-999.customer" in line for line in lines)

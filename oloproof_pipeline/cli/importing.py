@@ -7,11 +7,11 @@ from typing import Optional
 
 import typer
 
-from .options import CommandFailed
+from .options import PLAIN_HELP, CommandFailed
 from .render import say
 from ..model.outcomes import EXIT_USAGE
 
-import_app = typer.Typer(no_args_is_help=True, help="Write another benchmark's suite out as an evaluation project.")
+import_app = typer.Typer(no_args_is_help=True, help="Write another benchmark's suite out as an evaluation project.", **PLAIN_HELP)
 
 
 @import_app.command("agentdojo")

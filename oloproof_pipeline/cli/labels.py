@@ -21,11 +21,12 @@ from ..read.labelling import (
     pending_text,
     write_pending,
 )
-from .options import PROJECT_OPTION, CommandFailed, check_output_file
+from .options import PLAIN_HELP, PROJECT_OPTION, CommandFailed, check_output_file
 from .render import Folded, compact_table, console, error_console, say
 
 labels_app = typer.Typer(
     no_args_is_help=True,
+    **PLAIN_HELP,
     help="People's validity labels for metamorphic pairs: write the pending pairs, import them filled in, see the counts.",
 )
 

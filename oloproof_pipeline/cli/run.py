@@ -17,6 +17,7 @@ from ..model.fingerprints import run_inputs_digest
 from ..model.outcomes import EXIT_MEANINGS
 from ..project import load_project
 from ..read.document import RunSummary, failed_run_document, run_document
+from ..store.layout import stored_partitions
 from ..store.stamps import RunStamp, forget_run_stamp, unchanged_since, write_run_stamp
 from .gate import exit_with_document, gate_json, show_flagged_buckets, show_gate
 from .launching import failed_launch_exit_code, instance_writes, journal_progress, stdout_to_stderr
@@ -69,6 +70,7 @@ def run(
     if declared is None and shown_unchanged(system.version):
         return
     forget_run_stamp(root, system.version)
+    first_of_version = system.version not in stored_partitions(root, "recorded_runs")
     from ..defs.launch import run_evaluation  # Dagster: only now that a run is launched
 
     with stdout_to_stderr(enabled=as_json):
@@ -77,7 +79,7 @@ def run(
                 project, fresh=fresh, ungated=ungated, log_level="INFO" if verbose else "CRITICAL", system=system,
                 settings=settings,
             )
-    summary = run_summary(root, evaluation.version, evaluation.run_id)
+    summary = run_summary(root, evaluation.version, evaluation.run_id, first_of_version=first_of_version)
     if not evaluation.errors and summary.complete():
         write_run_stamp(root, version=evaluation.version, ungated=ungated, inputs_digest=inputs_digest,
                         run_id=evaluation.run_id, dagster_dev=summary.dagster_dev)
@@ -116,7 +118,7 @@ def show_unchanged_run(project_root: Path, stamp: RunStamp, *, as_json: bool) ->
     show_gate(project_root, stamp.version, ungated=stamp.ungated)
 
 
-def run_summary(project_root: Path, version: str, run_id: str) -> RunSummary:
+def run_summary(project_root: Path, version: str, run_id: str, *, first_of_version: bool = False) -> RunSummary:
     """What the run did, from the metadata of its materializations in the instance."""
     from dagster import DagsterEventType  # Dagster: only a launch needs it (imported by then)
 
@@ -127,7 +129,8 @@ def run_summary(project_root: Path, version: str, run_id: str) -> RunSummary:
         materialization = entry.asset_materialization
         if materialization is not None:
             metadata[materialization.asset_key.path[-1]] = {key: value.value for key, value in materialization.metadata.items()}
-    return RunSummary(project_root, version, metadata, dagster_dev=dagster_dev_command(project_root))
+    return RunSummary(project_root, version, metadata, dagster_dev=dagster_dev_command(project_root),
+                      first_of_version=first_of_version)
 
 
 def dagster_dev_command(project_root: Path) -> str:
