@@ -248,3 +248,21 @@ def test_inspect_shows_verdicts_first_with_expected_beside_actual(examples):
     untouched = lines.index(next(line for line in lines if line.startswith("other_order_untouched")))
     assert lines[untouched + 1].split() == ["all", "4", "paths", "held", "(orders.ord-999.*)"]
     assert not any("orders.ord-999.customer" in line for line in lines)
+
+
+def test_the_dagster_dev_line_is_the_readmes_when_a_workspace_loads_the_project(tmp_path):
+    """A project a workspace.yaml loads is opened the README's way, `dagster dev -w`, on the
+    workspace's instance; one no workspace loads, with `-f definitions.py`."""
+    from helpers import EXAMPLE, REPO, copy_project
+    from oloproof_pipeline.cli.run import dagster_dev_command
+
+    root = copy_project(EXAMPLE, tmp_path / "repo" / "desk")
+    alone = copy_project(EXAMPLE, tmp_path / "alone")
+    (tmp_path / "repo" / "workspace.yaml").write_text(
+        "load_from:\n  - python_file:\n      relative_path: desk/definitions.py\n      location_name: desk\n"
+    )
+    assert dagster_dev_command(root) == (
+        f"DAGSTER_HOME={tmp_path / 'repo' / '.oloproof' / 'dagster_home'} dagster dev -w {tmp_path / 'repo' / 'workspace.yaml'}"
+    )
+    assert "dagster dev -w workspace.yaml" in (REPO / "README.md").read_text()
+    assert dagster_dev_command(alone).endswith(f"dagster dev -f {alone / 'definitions.py'}")
