@@ -24,7 +24,7 @@ from .inspect import inspect
 from .importing import import_app
 from .labels import labels_app
 from .options import CommandFailed, app
-from .render import configure_consoles, console, error_console, fail, say
+from .render import configure_consoles, console, error_console, error_line, fail
 from .results import compare, export, report
 from .run import run
 
@@ -48,7 +48,7 @@ class WarningLines(logging.Handler):
         message = record.getMessage()
         if message not in self.said:
             self.said.add(message)
-            say(f"[yellow]warning:[/yellow] {message}", to=error_console)
+            error_line(f"[yellow]warning:[/yellow] {message}")
 
 
 def usage_error_line(error: TyperException) -> str:
@@ -69,7 +69,7 @@ def main() -> None:
         sys.exit(result if isinstance(result, int) else EXIT_ALLOW)
     except ProjectError as error:
         for problem in error.problems:
-            say(f"[red]error:[/red] {problem}", to=error_console)
+            error_line(f"[red]error:[/red] {problem}")
         sys.exit(EXIT_USAGE)
     except CommandFailed as error:
         fail(str(error), error.exit_code)

@@ -22,7 +22,7 @@ from ..read.labelling import (
     write_pending,
 )
 from .options import PLAIN_HELP, PROJECT_OPTION, CommandFailed, check_output_file
-from .render import Folded, compact_table, console, error_console, say
+from .render import Folded, compact_table, console, error_console, error_line, say
 
 labels_app = typer.Typer(
     no_args_is_help=True,
@@ -68,7 +68,7 @@ def labels_import(
     """Append the filled-in labels of current pairs to their transforms' labels files; refuse stale or unknown ones."""
     outcome = import_labels(load_project(project), file)
     for line in outcome.refused:
-        say(f"[red]refused:[/red] {line}", to=error_console)
+        error_line(f"[red]refused:[/red] {line}")
     for path, count in outcome.appended.items():
         say(f"Appended {count} labels to {path}")
     left = [f"{count} {'line' if count == 1 else 'lines'} {what}" for count, what in (

@@ -192,8 +192,14 @@ def heading(text: str) -> None:
     say(f"[bold]{text}[/]")
 
 
+def error_line(text: str) -> None:
+    """An error or a warning: one line however long, whatever the width (a terminal shows it
+    folded; a log keeps it whole for grep), as every bad input is reported."""
+    error_console.print(text, highlight=False, soft_wrap=True)
+
+
 def fail(message: str, exit_code: int) -> NoReturn:
-    say(f"[red]error:[/red] {message}", to=error_console)
+    error_line(f"[red]error:[/red] {message}")
     sys.exit(exit_code)
 
 
