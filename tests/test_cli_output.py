@@ -226,9 +226,10 @@ def test_run_says_what_it_did_and_a_verbose_block_has_no_stack_trace(evaluated_d
     # The gate step says the decision in one line; the run itself succeeded.
     assert "gate 1.0.0: BLOCK (exit code 1): refund_failures: FAIL" in ran.stderr
     # At 60 columns (the run just stamped: nothing is launched in this process) it all fits.
+    whole = oloproof_in_process("run", cwd=root)
     narrow = oloproof_in_process("run", cwd=root, columns=60)
-    assert narrow.returncode == 1 and "Version 1.0.0 is up to date" in narrow.stdout
-    check_fits(narrow.stdout, out, 60)
+    assert narrow.returncode == whole.returncode == 1 and "Version 1.0.0 is up to date" in narrow.stdout
+    check_fits(narrow.stdout, whole.stdout, 60)
 
 
 # -- what `inspect` shows ------------------------------------------------------------------

@@ -9,6 +9,7 @@ from typing import NoReturn, Optional
 import typer
 from rich.console import Group
 from rich.table import Table
+from rich.text import Text
 
 from ..decide.trials import trials_lines
 from ..model.config import NO_RELEASE_POLICY
@@ -87,16 +88,13 @@ def show_violations(project_dir: Path, version: str) -> None:
     if not summary:
         return
     table = compact_table("Violations caught (step = tool call number)")
-    for column in ("criterion", "rule"):
-        table.add_column(column)
+    table.add_column("criterion /\nrule", max_width=30)
     for column in ("cases", "violations"):
         table.add_column(column, no_wrap=True)
     table.add_column("for example")
     for entry in summary:
-        table.add_row(
-            Folded(entry["criterion"]), Folded(", ".join(entry["rules"])), str(entry["cases"]), str(entry["violations"]),
-            Folded("\n".join(entry["examples"])),
-        )
+        named = Text("\n").join([Text(entry["criterion"]), Text(", ".join(entry["rules"]), style="dim")])
+        table.add_row(Folded(named), str(entry["cases"]), str(entry["violations"]), Folded(Text("\n".join(entry["examples"]))))
     console.print(table)
 
 
