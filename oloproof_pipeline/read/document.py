@@ -135,7 +135,7 @@ class RunSummary:
 
     def spend(self) -> VersionSpend:
         """The version's model calls, tokens and cost, over its stored recordings."""
-        runs = StoredTable.at(self.project_root, "recorded_runs", partition=self.version)
+        runs = StoredTable.at(self.project_root, "recorded_runs", partition=self.version).readable("its model use is not summed")
         return version_spend(runs.columns(*SPEND_COLUMNS) if runs.exists else None)
 
     def document(self) -> dict[str, Any]:
