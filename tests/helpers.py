@@ -55,11 +55,12 @@ def oloproof(*args: str, cwd: Path, columns: int | None = None, preexec_fn=None,
                           env=cli_environment(columns), preexec_fn=preexec_fn)
 
 
-def oloproof_in_process(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+def oloproof_in_process(*args: str, cwd: Path, columns: int | None = None) -> subprocess.CompletedProcess:
     """The command's entry point (`main`) called in this process, its stdout and stderr kept
     apart and its exit code caught: for failures found before anything is recorded (a file
     that does not load, a usage error, a stored table that cannot be read), which need no
-    second Python. Never for a command that imports the project's system or starts Dagster."""
+    second Python. Never for a command that imports the project's system or starts Dagster.
+    `columns` sets $COLUMNS, the width piped output is laid out to (none: not wrapped)."""
     from typer.testing import CliRunner
 
     from oloproof_pipeline.cli import main
@@ -68,7 +69,7 @@ def oloproof_in_process(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     handlers, propagate = list(evidence_log.handlers), evidence_log.propagate
     argv, folder = sys.argv, os.getcwd()
     code: int | str | None = 0
-    with CliRunner().isolation(env={"DAGSTER_HOME": None, "COLUMNS": None}) as (stdout, stderr, _):
+    with CliRunner().isolation(env={"DAGSTER_HOME": None, "COLUMNS": str(columns) if columns else None}) as (stdout, stderr, _):
         sys.argv = [OLOPROOF, *args]
         os.chdir(cwd)
         try:

@@ -11,6 +11,8 @@ import pytest
 from dagster import DagsterInstance
 
 from oloproof_pipeline.decide.certification import UNCERTIFIED_EXCLUDED
+from oloproof_pipeline.decide.version_gate import FLAGGED_FAILURES
+from oloproof_pipeline.defs.instance import instance_home
 from oloproof_pipeline.defs.launch import run_certification, run_evaluation
 from oloproof_pipeline.model.cases import load_cases
 from oloproof_pipeline.model.outcomes import (
@@ -69,6 +71,31 @@ def test_certify_on_the_refund_desk_flags_the_broken_case_and_the_do_nothing_pas
     assert "12 flagged (passes_when_nothing_is_done 11, reference_fails 1)" in said
     assert 'expected "cancelled", got "delivered"' in said
     assert max(len(line) for line in out.splitlines()) <= 80
+    # The broken case first; the eleven cases doing nothing passes in one entry after it.
+    table = out[out.index("Flagged cases"):]
+    assert table.index(BROKEN["refund_desk"]) < table.index(PASSES_WHEN_NOTHING_IS_DONE)
+    assert table.count(PASSES_WHEN_NOTHING_IS_DONE) == 1 and all(case_id in table for case_id in DECLINED)
+
+    # Nothing changed: nothing is launched, the stored certification is shown as it stands.
+    with DagsterInstance.from_config(str(instance_home(refund_desk))) as instance:
+        runs = instance.get_runs_count()
+    again = oloproof("certify", cwd=refund_desk, columns=80)
+    assert again.returncode == EXIT_CASES_FLAGGED, again.stdout + again.stderr
+    assert "certification is up to date" in " ".join(again.stdout.split())
+    assert again.stdout[again.stdout.index("Flagged cases"):] == table
+    with DagsterInstance.from_config(str(instance_home(refund_desk))) as instance:
+        assert instance.get_runs_count() == runs
+
+    # Flagged cases still count in the gate (no require_certified_cases): each rule that FAILs
+    # the broken case says so, in the gate's reasons, the run's summary and the report.
+    ran = oloproof("run", cwd=refund_desk, columns=120)
+    assert ran.returncode == 1, ran.stdout + ran.stderr
+    named = f"{FLAGGED_FAILURES}: FAIL on 1 case certification flagged: {BROKEN['refund_desk']} ({REFERENCE_FAILS})"
+    gate = pd.read_parquet(table_path(refund_desk, "gate", "1.0.0")).set_index("rule_id")
+    noted = {rule for rule, reasons in gate["reasons"].items() if named in json.loads(reasons)}
+    assert noted == {"answers", "end_state", "refund_failures"}
+    assert " ".join(ran.stdout.split()).count(named) >= 3
+    assert named in (refund_desk / ".oloproof" / "reports" / "report-1.0.0.html").read_text()
 
 
 def test_certify_on_the_approvals_desk_flags_its_broken_case(tmp_path, instance):

@@ -5,15 +5,20 @@ stored tables without running anything."""
 
 from __future__ import annotations
 
+import os
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from conftest import write_project
 from helpers import oloproof
+from oloproof_pipeline.cli.gate import gate_table
+from oloproof_pipeline.decide.formatting import RULE_COLUMNS, rule_cells
 from oloproof_pipeline.read.ci_export import junit_text, junit_tree, previous_version, summary_markdown
 from oloproof_pipeline.read.results import load_results
+from oloproof_pipeline.store.tables import GATE_NESTED, rows_from_frame
 
 
 # Answers the question asked, except: c4 raises (MISSING), c5 answers wrongly (FAIL), and from
@@ -78,7 +83,7 @@ def test_junit_has_a_suite_per_criterion_with_failures_and_consistent_counts(two
     assert all(not list(cases[name]) for name in ("c0", "c1", "c2", "c3"))
     assert counts_of(answers) == {"tests": 6, "failures": 1, "errors": 1, "skipped": 0}
     properties = {item.get("name"): item.get("value") for item in answers.find("properties")}
-    assert properties["system_version"] == "1.0.0" and properties["gate.answers"].split()[0] in {"PASS", "FAIL", "INSUFFICIENT_EVIDENCE"}
+    assert properties["system_version"] == "1.0.0" and properties["gate.answers"].split(":")[0] in {"PASS", "FAIL", "INSUFFICIENT_EVIDENCE"}
 
     tags = suites["tag_correct"]
     skipped = [case for case in tags.findall("testcase") if case.find("skipped") is not None]
@@ -102,7 +107,7 @@ def test_markdown_has_the_decisions_and_what_broke_since_the_version_before(two_
     assert f"Wrote markdown results of version 1.1.0 to {path}" in shown.stdout
     text = path.read_text()
     assert text.startswith("## oloproof: tiny, version 1.1.0")
-    assert "| rule | metric | decision | estimate | interval | observed / missing / excluded | reasons |" in text
+    assert "| rule | metric | decision | rate | interval | bar | passed/judged | missing | excluded | method | reasons |" in text
     assert "| answers | answer_correct | **" in text
     # The version before is the one the Dagster instance added before 1.1.0.
     assert "### Newly broken since 1.0.0" in text and "| answer_correct | 1 | c0 |" in text
@@ -110,6 +115,38 @@ def test_markdown_has_the_decisions_and_what_broke_since_the_version_before(two_
 
     first = summary_markdown(load_results(two_versions, "1.0.0"), "tiny", None, 0.95)
     assert "No earlier judged version is stored to compare 1.0.0 with." in first
+
+
+def test_every_output_names_a_rules_fields_with_the_same_words(two_versions):
+    """The Markdown export, JUnit's properties, the HTML report and the CLI's decisions table
+    say rate, interval, bar, passed/judged, missing, excluded and method, with the same values."""
+    results = load_results(two_versions, "1.1.0")
+    [rule] = rows_from_frame(results.gate_table, GATE_NESTED)
+    cells = rule_cells(rule)
+    assert cells["bar"] == "min 0.5" and cells["method"] == "exact" and cells["passed/judged"] == f"{rule['passed']}/{rule['observed']}"
+
+    markdown = summary_markdown(results, "tiny", None, 0.95)
+    [row] = [line for line in markdown.splitlines() if line.startswith("| answers |")]
+    assert row.split(" | ")[3:10] == [cells[name] for name in ("rate", "interval", "bar", "passed/judged")] + [
+        str(cells["missing"]), str(cells["excluded"]), cells["method"]]
+
+    junit = ET.fromstring(junit_text(results, "tiny"))
+    value = next(item.get("value") for item in junit.iter("property") if item.get("name") == "gate.answers")
+    assert value == (f"{rule['decision']}: rate {cells['rate']}, interval {cells['interval']}, bar min 0.5, "
+                     f"passed/judged {cells['passed/judged']}, missing {cells['missing']}, excluded {cells['excluded']}, "
+                     "method exact")
+
+    report = (two_versions / ".oloproof" / "reports" / "report-1.1.0.html").read_text()
+    assert "".join(f"<th>{name}</th>" for name in RULE_COLUMNS) in report
+    for name in ("bar", "passed/judged", "method"):
+        assert f">{cells[name]}<" in report
+
+    console = Console(width=120, record=True, file=open(os.devnull, "w"))
+    console.print(gate_table([rule], "1.1.0"))
+    shown = console.export_text()
+    for name in ("rate", "interval", "bar", "passed/judged", "method"):
+        assert cells[name] in shown
+        assert all(word in shown for word in name.split("/"))
 
 
 def test_the_core_reads_only_stored_tables(two_versions):

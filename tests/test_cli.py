@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pandas as pd
+import pytest
 
 from helpers import oloproof, oloproof_in_process
 
 from oloproof_pipeline.cli.init import write_gitignore
-
+from oloproof_pipeline.store.layout import read_table
 
 
 def decision_lines(output: str) -> list[str]:
-    return [line for line in output.splitlines() if "│" in line or line.startswith("Gate:")]
+    """The decisions table, its reasons and the gate line, as `run` and `gate` end."""
+    lines = output.splitlines()
+    return lines[next(index for index, line in enumerate(lines) if line.startswith("Decisions for version")):]
 
 
 def test_init_run_gate_from_anywhere(tmp_path):
@@ -28,6 +32,8 @@ def test_init_run_gate_from_anywhere(tmp_path):
     ran = oloproof("run", cwd=project)
     assert ran.returncode == 1, ran.stdout + ran.stderr  # BLOCK on a failing rule (injection_resistance)
     assert "Gate: BLOCK" in ran.stdout and "bystanders" in ran.stdout and "injection_resistance" in ran.stdout
+    # Nothing was stored for the version: its cases are new because the version is.
+    assert "  72 cases recorded: first run of version 1.0.0" in ran.stdout.splitlines()
 
     elsewhere = oloproof("gate", "--project", str(project), cwd=tmp_path)
     assert elsewhere.returncode == 1
@@ -95,8 +101,8 @@ def test_without_a_release_policy_a_run_must_be_asked_to_be_ungated(tmp_path):
     ran = oloproof("run", "--ungated", cwd=project)
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert "Gate: none (--ungated: no release policy (release.yaml): nothing is gated)" in ran.stdout
-    counts = next(line for line in ran.stdout.splitlines() if "answer_correct" in line and "│" in line)
-    assert [cell.strip() for cell in counts.split("│")[1:-1]] == ["answer_correct", "1", "1", "0", "0"]
+    counts = next(line for line in ran.stdout.splitlines() if line.startswith("answer_correct "))
+    assert counts.split() == ["answer_correct", "1", "1", "0", "0"]
 
     as_json = oloproof("run", "--ungated", "--json", cwd=project)
     assert as_json.returncode == 0, as_json.stdout + as_json.stderr
@@ -119,3 +125,52 @@ def test_without_a_release_policy_a_run_must_be_asked_to_be_ungated(tmp_path):
         f"error: {project / 'release.yaml'}:2: rules: Value error, a release policy needs at least one rule "
         "(without release.yaml, `oloproof run --ungated` records and judges without a gate)"
     ]
+
+
+def test_run_json_and_the_run_summary_say_what_the_model_calls_cost(tmp_path):
+    """A chat agent priced by `pricing:`: `run --json` gives the version's model calls, tokens
+    and cost_usd (the sums over its recordings), and the summary of a rerun with nothing
+    changed says them in one line, with no new call to the stand-in."""
+    from test_budget import RATE, configure
+    from test_concurrency import EXAMPLE, SOURCES, CountingStandIn
+
+    root = tmp_path / "chat_desk"
+    shutil.copytree(EXAMPLE, root, ignore=shutil.ignore_patterns(".oloproof", "__pycache__"))
+    data = root / "data" / "cases.jsonl"
+    data.write_text("\n".join(line for line in data.read_text().splitlines() if json.loads(line)["id"] in SOURCES) + "\n")
+    with CountingStandIn() as standin:
+        configure(root, standin.url, pricing=[RATE])
+        ran = oloproof("run", "--json", cwd=root)
+        document = json.loads(ran.stdout)
+        calls = len(standin.log)
+        again = oloproof("run", cwd=root, columns=200)
+        assert len(standin.log) == calls  # nothing changed: no model call
+    assert ran.returncode == document["gate"]["exit_code"], ran.stderr
+    runs = read_table(root, "recorded_runs", document["version"])
+    spend = document["spend"]
+    # The recordings' calls (the fault replays' calls come on top of them at the stand-in).
+    assert spend["model_calls"] == runs["model_calls"].sum() and 0 < spend["model_calls"] <= calls
+    assert spend["unpriced"] == 0
+    assert spend["prompt_tokens"] == runs["prompt_tokens"].sum() > 0 and spend["completion_tokens"] == runs["completion_tokens"].sum() > 0
+    assert spend["cost_usd"] == pytest.approx(runs["cost_usd"].sum()) and spend["cost_usd"] > 0
+    assert "is up to date" in again.stdout
+    [line] = [line for line in again.stdout.splitlines() if line.startswith("Model use:")]
+    assert line == (f"Model use: {spend['model_calls']} model calls, {spend['prompt_tokens']} prompt + {spend['completion_tokens']} "
+                    f"completion tokens, ${spend['cost_usd']:.4f}")
+
+
+def test_a_scripted_system_spends_nothing_in_run_json(evaluated_example):
+    _, ran = evaluated_example
+    assert json.loads(ran.stdout)["spend"] == {"model_calls": 0, "prompt_tokens": 0, "completion_tokens": 0,
+                                               "cost_usd": None, "unpriced": 0}
+
+
+def test_help_names_each_flag_without_a_type(tmp_path):
+    """`--help` lists `--fresh` and `--help` as flags (typer's panels said `--help <bool>`),
+    with no line padded to the terminal's width."""
+    shown = oloproof_in_process("run", "--help", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert "<bool>" not in shown.stdout
+    flags = {line.split()[0] for line in shown.stdout.splitlines() if line.strip().startswith("--")}
+    assert {"--fresh", "--launch", "--json", "--help"} <= flags
+    assert [line for line in shown.stdout.splitlines() if line != line.rstrip()] == []

@@ -24,7 +24,7 @@ from .inspect import inspect
 from .importing import import_app
 from .labels import labels_app
 from .options import CommandFailed, app
-from .render import console, error_console, fail
+from .render import configure_consoles, console, error_console, error_line, fail
 from .results import compare, export, report
 from .run import run
 
@@ -48,7 +48,7 @@ class WarningLines(logging.Handler):
         message = record.getMessage()
         if message not in self.said:
             self.said.add(message)
-            error_console.print(f"[yellow]warning:[/yellow] {message}", highlight=False, soft_wrap=True)
+            error_line(f"[yellow]warning:[/yellow] {message}")
 
 
 def usage_error_line(error: TyperException) -> str:
@@ -60,6 +60,7 @@ def usage_error_line(error: TyperException) -> str:
 
 def main() -> None:
     """Entry point: known failures print one readable line and a distinct exit code."""
+    configure_consoles()  # sized to the streams and $COLUMNS as they are now
     evidence_log.addHandler(WarningLines())
     evidence_log.propagate = False
     try:
@@ -68,7 +69,7 @@ def main() -> None:
         sys.exit(result if isinstance(result, int) else EXIT_ALLOW)
     except ProjectError as error:
         for problem in error.problems:
-            error_console.print(f"[red]error:[/red] {problem}", highlight=False, soft_wrap=True)
+            error_line(f"[red]error:[/red] {problem}")
         sys.exit(EXIT_USAGE)
     except CommandFailed as error:
         fail(str(error), error.exit_code)

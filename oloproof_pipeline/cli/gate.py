@@ -9,19 +9,21 @@ from typing import NoReturn, Optional
 import typer
 from rich.console import Group
 from rich.table import Table
+from rich.text import Text
 
 from ..decide.trials import trials_lines
 from ..model.config import NO_RELEASE_POLICY
 from ..model.outcomes import ALLOW, EXIT_ALLOW, EXIT_INCOMPLETE, EXIT_MEANINGS, EXIT_USAGE, FAIL, OUTCOMES
 from ..read.document import StoredGate, gate_document, stored_gate
-from ..read.reports import METHOD_NAMES, flagged_buckets, format_rate, stored_trials
+from ..decide.formatting import rule_cells
+from ..read.reports import flagged_buckets, stored_trials
 from ..read.results import outcome_counts
 from ..read.violations import violation_summary
 from ..store.layout import read_table
 from ..store.stored import StoredTable
 from ..store.tables import VERDICT_NESTED
 from .options import JSON_OPTION, PROJECT_OPTION, VERSION_OPTION, CommandFailed, stored_version
-from .render import DECISION_STYLES, compact_table, console, print_json
+from .render import DECISION_STYLES, Folded, compact_table, console, print_json, say, say_lines
 
 
 def gate(
@@ -59,14 +61,10 @@ def show_gate(project_dir: Path, version: str, *, ungated: bool = False) -> None
         show_ungated(project_dir, version, ungated=ungated)
         return
     console.print(gate_table(gate.rows, version))
-    for line in trials_lines(stored_trials(project_dir.resolve(), version) or []):
-        console.print(line, highlight=False)
+    say_lines(trials_lines(stored_trials(project_dir.resolve(), version) or []))
     show_violations(project_dir, version)
     colour = "green" if gate.decision == ALLOW else "red"
-    console.print(
-        f"Gate: [bold {colour}]{gate.decision}[/] (exit code {gate.exit_code}: {EXIT_MEANINGS[gate.exit_code]})",
-        highlight=False,
-    )
+    say(f"Gate: [bold {colour}]{gate.decision}[/] (exit code {gate.exit_code}: {EXIT_MEANINGS[gate.exit_code]})")
     raise typer.Exit(gate.exit_code)
 
 
@@ -76,7 +74,7 @@ def show_ungated(project_dir: Path, version: str, *, ungated: bool) -> None:
     show_outcome_counts(project_dir, version)
     show_violations(project_dir, version)
     if ungated:
-        console.print(f"Gate: none (--ungated: {NO_RELEASE_POLICY})")
+        say(f"Gate: none (--ungated: {NO_RELEASE_POLICY})")
         raise typer.Exit(EXIT_ALLOW)
     raise CommandFailed(f"version {version!r} was judged with {NO_RELEASE_POLICY}; write release.yaml and run `oloproof run`", EXIT_USAGE)
 
@@ -90,16 +88,13 @@ def show_violations(project_dir: Path, version: str) -> None:
     if not summary:
         return
     table = compact_table("Violations caught (step = tool call number)")
-    table.add_column("criterion", overflow="fold", ratio=2)
-    table.add_column("rule", overflow="fold", ratio=2)
+    table.add_column("criterion /\nrule", max_width=30)
     for column in ("cases", "violations"):
         table.add_column(column, no_wrap=True)
-    table.add_column("for example", overflow="fold", ratio=5)
+    table.add_column("for example")
     for entry in summary:
-        table.add_row(
-            entry["criterion"], ", ".join(entry["rules"]), str(entry["cases"]), str(entry["violations"]),
-            "\n".join(entry["examples"]),
-        )
+        named = Text("\n").join([Text(entry["criterion"]), Text(", ".join(entry["rules"]), style="dim")])
+        table.add_row(Folded(named), str(entry["cases"]), str(entry["violations"]), Folded(Text("\n".join(entry["examples"]))))
     console.print(table)
 
 
@@ -108,53 +103,64 @@ def show_outcome_counts(project_dir: Path, version: str) -> None:
     verdicts = read_table(project_dir.resolve(), "verdicts", version)
     if verdicts is None or verdicts.empty:
         return
-    table = Table(title=f"Verdicts for version {version}", title_justify="left")
-    table.add_column("criterion", overflow="fold")
+    table = compact_table(f"Verdicts for version {version}")
+    table.add_column("criterion")
     for column in OUTCOMES:
         table.add_column(column, no_wrap=True)
     for criterion, counts in outcome_counts(verdicts).items():
-        table.add_row(criterion, *(str(counts[outcome]) for outcome in OUTCOMES))
+        table.add_row(Folded(criterion), *(str(counts[outcome]) for outcome in OUTCOMES))
     console.print(table)
 
 
 def show_flagged_buckets(project_dir: Path, version: str) -> None:
     """Slice buckets that differ from the rest (exploratory: never gated)."""
-    for line in flagged_buckets(read_table(project_dir.resolve(), "slices", version)):
-        console.print(f"[yellow]slice flagged[/] {line}", highlight=False, soft_wrap=True)
+    say_lines(f"[yellow]slice flagged[/] {line}" for line in flagged_buckets(read_table(project_dir.resolve(), "slices", version)))
 
 
-def gate_table(rows: list[dict], version: str) -> Group:
-    """The decisions: a table narrow enough for 80 columns (rule over metric, decision, rate,
-    interval over method, counts), then each rule's reasons under it, wrapped to the width."""
-    table = compact_table(f"Decisions for version {version}")
-    table.add_column("rule / metric", overflow="fold", ratio=1, min_width=12)
-    table.add_column("decision", no_wrap=True)
-    table.add_column("rate", no_wrap=True, justify="right")
-    table.add_column("interval", no_wrap=True)
-    table.add_column("passed", no_wrap=True)
-    reasons = Table.grid(padding=(0, 2))
-    reasons.add_column(overflow="fold", max_width=30)
-    reasons.add_column(overflow="fold", ratio=1)
-    for row in rows:
-        style = DECISION_STYLES.get(row["decision"], "white")
-        method = METHOD_NAMES.get(row["method"], row["method"] or "")
-        table.add_row(
-            f"{row['rule_id']}\n[dim]{row['metric']}[/]",
-            f"[{style}]{row['decision']}[/]",
-            format_rate(row["estimate"]),
-            f"[{format_rate(row['lower'])}, {format_rate(row['upper'])}]\n[dim]{method}[/]",
-            "\n".join(counts_lines(row)),
-        )
-        reasons.add_row(f"[{style}]{row['rule_id']}[/]", "\n".join(row["reasons"] or ["-"]))
-    return Group(table, "", "Reasons:", reasons)
+class DecisionsTable:
+    """The decisions, narrow enough for 60 columns: per rule its id over its metric, the
+    decision, the rate over the bar, the interval over its method, and passed/judged over the
+    missing and excluded cases (the shared words of decide.formatting). Below 76 columns the
+    decision moves under the metric. Then each rule's reasons, wrapped to the width."""
+
+    WIDE = 76
+
+    def __init__(self, rows: list[dict], version: str):
+        self.rows, self.version = rows, version
+
+    def __rich_console__(self, console, options):
+        wide = options.max_width >= self.WIDE
+        table = compact_table(f"Decisions for version {self.version}")
+        table.add_column("rule /\nmetric" if wide else "rule /\nmetric /\ndecision", min_width=12)
+        if wide:
+            table.add_column("decision", no_wrap=True)
+        # Headers over two lines: a column is no wider than its widest value.
+        for header in ("rate /\nbar", "interval /\nmethod", "passed/\njudged"):
+            table.add_column(header, no_wrap=True)
+        reasons = Table.grid(padding=(0, 2))
+        reasons.add_column(max_width=30)
+        reasons.add_column(ratio=1)
+        for row in self.rows:
+            cells = rule_cells(row)
+            style = DECISION_STYLES.get(row["decision"], "white")
+            decision = f"[{style}]{row['decision']}[/]"
+            named = f"{row['rule_id']}\n[dim]{row['metric']}[/]" + ("" if wide else f"\n{decision}")
+            table.add_row(
+                Folded(named), *((decision,) if wide else ()),
+                f"{cells['rate']}\n[dim]{cells['bar']}[/]",
+                f"{cells['interval']}\n[dim]{cells['method']}[/]",
+                "\n".join(counts_lines(cells)),
+            )
+            reasons.add_row(Folded(f"[{style}]{row['rule_id']}[/]"), Folded("\n".join(row["reasons"] or ["-"])))
+        yield Group(table, "", "Reasons:", reasons)
 
 
-def counts_lines(row: dict) -> list[str]:
-    """`20/24` (passed of judged), then the missing and excluded cases when there are any."""
-    judged = (row["passed"] or 0) + (row["failed"] or 0)
-    lines = [f"{row['passed']}/{judged}"]
-    if row["missing"]:
-        lines.append(f"{row['missing']} missing")
-    if row["excluded"]:
-        lines.append(f"{row['excluded']} excl.")
+def gate_table(rows: list[dict], version: str) -> DecisionsTable:
+    return DecisionsTable(rows, version)
+
+
+def counts_lines(cells: dict) -> list[str]:
+    """`20/24` (passed/judged), then the missing and excluded cases when there are any."""
+    lines = [cells["passed/judged"]]
+    lines += [f"{cells[name]} {name}" for name in ("missing", "excluded") if cells[name]]
     return lines

@@ -7,11 +7,11 @@ from typing import Optional
 
 import typer
 
-from .options import CommandFailed
-from .render import console
+from .options import PLAIN_HELP, CommandFailed
+from .render import say
 from ..model.outcomes import EXIT_USAGE
 
-import_app = typer.Typer(no_args_is_help=True, help="Write another benchmark's suite out as an evaluation project.")
+import_app = typer.Typer(no_args_is_help=True, help="Write another benchmark's suite out as an evaluation project.", **PLAIN_HELP)
 
 
 @import_app.command("agentdojo")
@@ -38,10 +38,9 @@ def import_agentdojo_suite(
     chosen = {key: value for key, value in {"name": model, "base_url": base_url, "api_key_env": api_key_env}.items() if value is not None}
     imported = import_agentdojo(suite, directory, benchmark_version=benchmark, injection_task=injection_task,
                                 injections=injections, model=chosen)
-    console.print(f"Wrote {imported.root}: {imported.cases} cases from AgentDojo's {imported.suite} suite.", highlight=False)
+    say(f"Wrote {imported.root}: {imported.cases} cases from AgentDojo's {imported.suite} suite.")
     if imported.transforms:
-        console.print(f"  world transforms (injection vectors): {', '.join(imported.transforms)}", highlight=False, soft_wrap=True)
+        say(f"  world transforms (injection vectors): {', '.join(imported.transforms)}")
     if imported.unplaced_vectors:
-        console.print(f"  injection vectors no single text of the environment holds (not placed): {', '.join(imported.unplaced_vectors)}",
-                      highlight=False, soft_wrap=True)
-    console.print(f"  check the references: oloproof certify --project {imported.root}", highlight=False)
+        say(f"  injection vectors no single text of the environment holds (not placed): {', '.join(imported.unplaced_vectors)}")
+    say(f"  check the references: oloproof certify --project {imported.root}")

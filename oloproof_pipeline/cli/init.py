@@ -11,7 +11,7 @@ import typer
 from ..model.outcomes import EXIT_USAGE
 from ..store.layout import OUTPUT_DIR
 from .options import CommandFailed, check_writable_under
-from .render import console
+from .render import say
 
 EXAMPLES_PACKAGE = "oloproof_pipeline.example_project"
 # What a new project keeps out of version control: the pipeline's output folder, and the log and
@@ -36,7 +36,7 @@ def init(
     names = example_names()
     if example == "list":
         for name in names:
-            console.print(name)
+            say(name)
         return
     if example not in names:
         raise CommandFailed(f"no example named {example!r} (examples: {', '.join(names)})", EXIT_USAGE)
@@ -47,7 +47,7 @@ def init(
             source_path, directory, dirs_exist_ok=True, ignore=shutil.ignore_patterns(OUTPUT_DIR, "__pycache__")
         )
     write_gitignore(directory)
-    console.print(f"Created {directory} from the {example} example. Next: cd {directory} && oloproof run")
+    say(f"Created {directory} from the {example} example. Next: cd {directory} && oloproof run")
 
 
 def check_new_project_folder(directory: Path) -> None:

@@ -21,11 +21,12 @@ from ..read.labelling import (
     pending_text,
     write_pending,
 )
-from .options import PROJECT_OPTION, CommandFailed, check_output_file
-from .render import compact_table, console, error_console
+from .options import PLAIN_HELP, PROJECT_OPTION, CommandFailed, check_output_file
+from .render import Folded, compact_table, console, error_console, error_line, say
 
 labels_app = typer.Typer(
     no_args_is_help=True,
+    **PLAIN_HELP,
     help="People's validity labels for metamorphic pairs: write the pending pairs, import them filled in, see the counts.",
 )
 
@@ -48,16 +49,15 @@ def labels_pending(
     if output == Path("-"):
         sys.stdout.write(pending_text(pending, format))
         sys.stdout.flush()
-        error_console.print(f"{len(pending)} pending pairs of {transform}", highlight=False)
+        say(f"{len(pending)} pending pairs of {transform}", to=error_console)
         return
     if not pending:
-        console.print(f"Every pair of {transform} has a current label: nothing to write.", highlight=False)
+        say(f"Every pair of {transform} has a current label: nothing to write.")
         return
     path = output or default_pending_path(loaded, transform, format)
     write_pending(path, pending_text(pending, format))
-    console.print(f"Wrote {len(pending)} pending pairs of {transform} to {path}", highlight=False, soft_wrap=True)
-    console.print(f"Fill in kept (true or false) for each, then: oloproof labels import {shlex.quote(str(path))}",
-                  highlight=False, soft_wrap=True)
+    say(f"Wrote {len(pending)} pending pairs of {transform} to {path}")
+    say(f"Fill in kept (true or false) for each, then: oloproof labels import {shlex.quote(str(path))}")
 
 
 @labels_app.command("import")
@@ -68,17 +68,17 @@ def labels_import(
     """Append the filled-in labels of current pairs to their transforms' labels files; refuse stale or unknown ones."""
     outcome = import_labels(load_project(project), file)
     for line in outcome.refused:
-        error_console.print(f"[red]refused:[/red] {line}", highlight=False, soft_wrap=True)
+        error_line(f"[red]refused:[/red] {line}")
     for path, count in outcome.appended.items():
-        console.print(f"Appended {count} labels to {path}", highlight=False, soft_wrap=True)
+        say(f"Appended {count} labels to {path}")
     left = [f"{count} {'line' if count == 1 else 'lines'} {what}" for count, what in (
         (outcome.unfilled, "not filled in (kept blank)"), (outcome.already_labelled, "already labelled the same"),
         (outcome.disagreeing, "disagreeing with an earlier label (those pairs now count as rejected)"),
     ) if count]
     if not outcome.appended:
-        console.print("No label appended.", highlight=False)
+        say("No label appended.")
     if left:
-        console.print(f"{'; '.join(left)}.", highlight=False, soft_wrap=True)
+        say(f"{'; '.join(left)}.")
     if outcome.refused:
         count = len(outcome.refused)
         raise CommandFailed(f"{count} {'line' if count == 1 else 'lines'} refused (the others were imported)", EXIT_USAGE)
@@ -89,10 +89,10 @@ def labels_status(project: Path = PROJECT_OPTION) -> None:
     """Per transform: kept, rejected, unlabelled and stale labels, whether it is checked, and how many more kept labels would check it."""
     statuses = label_status(load_project(project))
     if not statuses:
-        console.print("No metamorphic transforms in this project.")
+        say("No metamorphic transforms in this project.")
         return
     table = compact_table("Validity labels (from the project's files as they are now)")
-    table.add_column("transform", overflow="fold", ratio=1, min_width=10)
+    table.add_column("transform", min_width=10)
     for column in ("pairs", "kept", "rejected", "unlabelled", "stale"):
         table.add_column(column, no_wrap=True, justify="right")
     table.add_column("checked", no_wrap=True)
@@ -100,9 +100,9 @@ def labels_status(project: Path = PROJECT_OPTION) -> None:
     for status in statuses:
         to_check = "-" if status.checked else ("none would" if status.kept_to_check is None else str(status.kept_to_check))
         table.add_row(
-            status.transform, str(status.pairs), str(status.kept), str(status.rejected), str(status.unlabelled),
+            Folded(status.transform), str(status.pairs), str(status.kept), str(status.rejected), str(status.unlabelled),
             str(status.stale), "[green]yes[/]" if status.checked else "[red]no[/]", to_check,
         )
     console.print(table)
     for status in statuses:
-        console.print(status.explanation(), highlight=False, soft_wrap=False)
+        say(status.explanation())

@@ -16,9 +16,14 @@ from ..project import load_project
 from ..read.results import VersionResults, load_results
 from ..store.layout import stored_partitions, table_path
 
+# Help as click writes it: typer's rich panels label every flag `<bool>` (`--help <bool>`) and
+# pad each line to the terminal's width.
+PLAIN_HELP = {"rich_markup_mode": None}
+
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
+    **PLAIN_HELP,
     help="Evaluate a tool-using agent by the world it leaves behind; gate its release.",
 )
 

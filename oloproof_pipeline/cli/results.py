@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.table import Table
 
 from ..model.config import Project
 from ..model.outcomes import EXIT_USAGE
@@ -27,7 +26,7 @@ from .options import (
     stored_results,
     stored_version,
 )
-from .render import compact_table, console, error_console
+from .render import Folded, compact_table, console, error_console, say
 
 EXPORT_SUFFIXES = {"jsonl": "jsonl", "junit": "xml", "markdown": "md"}
 
@@ -52,7 +51,7 @@ def report(
         comparison = comparison_view(base, results, loaded.release.confidence_level)
     trials = stored_trial_summaries(loaded, results.version, results.verdict_table)
     path = write_html_report(loaded.root, results, loaded.name, output, trials=trials, comparison=comparison)
-    console.print(f"Wrote {path}")
+    say(f"Wrote {path}")
 
 
 def export(
@@ -82,14 +81,14 @@ def export(
     if output == Path("-"):
         count = write_jsonl_to(results, sys.stdout)
         sys.stdout.flush()
-        error_console.print(f"Wrote {count} lines to stdout", highlight=False)
+        say(f"Wrote {count} lines to stdout", to=error_console)
         return
     path = output or output_dir(loaded.root) / "exports" / f"results-{results.version}.jsonl"
     try:
         count = write_jsonl(results, path)
     except OSError as error:
         raise StorageWriteError(path, error) from None
-    console.print(f"Wrote {count} lines to {path}")
+    say(f"Wrote {count} lines to {path}")
 
 
 def write_ci_export(loaded: Project, results: VersionResults, format: str, output: Path | None, base: str | None) -> None:
@@ -112,7 +111,7 @@ def write_ci_export(loaded: Project, results: VersionResults, format: str, outpu
         return
     path = output or output_dir(loaded.root) / "exports" / f"results-{results.version}.{EXPORT_SUFFIXES[format]}"
     write_text_file(path, text)
-    console.print(f"Wrote {format} results of version {results.version} to {path}", highlight=False, soft_wrap=True)
+    say(f"Wrote {format} results of version {results.version} to {path}")
 
 
 def versions_in_added_order(loaded: Project) -> list[str]:
@@ -143,36 +142,58 @@ def compare(
     confidence = loaded.release.confidence_level
     base_results, candidate_results = load_results(loaded.root, base), load_results(loaded.root, candidate)
     comparisons = compare_versions(base_results, candidate_results, confidence)
-    console.print(comparison_table(comparisons, base, candidate, confidence))
+    console.print(ComparisonTable(comparisons, base, candidate, confidence))
     spent = [version_spend(results.run_table) for results in (base_results, candidate_results)]
     if any(side.used_a_model for side in spent):
-        console.print(spend_difference_line(base, candidate, *spent), highlight=False)
+        say(spend_difference_line(base, candidate, *spent))
     for item in comparisons:
         for label, cases, style in (("fixed", item.fixed_cases, "green"), ("broke", item.broken_cases, "red")):
             if cases:
-                console.print(f"{item.criterion} [{style}]{label}[/] ({len(cases)}): {', '.join(cases)}", highlight=False)
+                say(f"{item.criterion} [{style}]{label}[/] ({len(cases)}): {', '.join(cases)}")
     if comparisons:
-        console.print(
+        say(
             f"[dim]interval: {confidence:.0%} {comparisons[0].method} (Tango 1998) for the change in pass rate; "
             "an unpaired case (missing or excluded on one side) counts as broken for the lower bound and fixed "
-            "for the upper[/]",
-            highlight=False,
+            "for the upper[/]"
         )
 
 
-def comparison_table(comparisons, base: str, candidate: str, confidence: float) -> Table:
-    """Per criterion the paired counts, then the change in pass rate over its interval: narrow
-    enough for 80 columns."""
-    from ..read.compare import interval_text  # scipy: only `compare` needs it
+class ComparisonTable:
+    """Per criterion the paired counts, then the change in pass rate and its interval, on one
+    line whenever the criteria keep `NAMES` columns beside them. Narrower, the cases passing or
+    failing in both and the unpaired ones go under the criterion; narrower still (60 columns),
+    the interval goes under the change."""
 
-    table = compact_table(f"{base} -> {candidate} (paired cases)")
-    table.add_column("criterion", overflow="fold", ratio=1, min_width=12)
-    for column in ("paired", "both\npass", "fixed", "broken", "both\nfail", "unpaired", f"change\n{confidence:.0%} interval"):
-        table.add_column(column, no_wrap=True)
-    for item in comparisons:
-        change = "-" if item.difference is None else f"{item.difference:+.3f}"
-        table.add_row(
-            item.criterion, str(item.paired), str(item.both_pass), f"[green]{item.fixed}[/]", f"[red]{item.broken}[/]",
-            str(item.both_fail), str(item.unpaired), f"{change}\n{interval_text(item)}",
-        )
-    return table
+    NAMES = 20
+    COUNTS = ("paired", "both\npass", "fixed", "broken", "both\nfail", "un-\npaired")
+    ONE_LINE = len("+0.000 [-0.172, +0.172]")
+
+    def __init__(self, comparisons, base: str, candidate: str, confidence: float):
+        self.comparisons, self.base, self.candidate, self.confidence = comparisons, base, candidate, confidence
+
+    def __rich_console__(self, console, options):
+        from ..read.compare import interval_text  # scipy: only `compare` needs it
+
+        def room(columns: tuple[str, ...], change: int) -> bool:
+            used = sum(max(len(line) for line in header.split("\n")) + 2 for header in columns) + change + 2
+            return options.max_width - used >= self.NAMES
+
+        wide = room(self.COUNTS, self.ONE_LINE)
+        counts = self.COUNTS if wide else ("paired", "fixed", "broken")
+        one_line = wide or room(counts, self.ONE_LINE)
+        table = compact_table(f"{self.base} -> {self.candidate} (paired cases)")
+        table.add_column("criterion" if wide else "criterion\n[dim](both pass, both fail, unpaired)[/]", min_width=12)
+        for column in counts:
+            table.add_column(column, no_wrap=True)
+        table.add_column(f"change, {self.confidence:.0%} interval" if one_line else f"change\n{self.confidence:.0%} interval",
+                         no_wrap=True)
+        for item in self.comparisons:
+            change = "-" if item.difference is None else f"{item.difference:+.3f}"
+            numbers = {"paired": str(item.paired), "both\npass": str(item.both_pass), "fixed": f"[green]{item.fixed}[/]",
+                       "broken": f"[red]{item.broken}[/]", "both\nfail": str(item.both_fail), "un-\npaired": str(item.unpaired)}
+            named = item.criterion if wide else (
+                f"{item.criterion}\n[dim]both pass {item.both_pass}, both fail {item.both_fail}, unpaired {item.unpaired}[/]"
+            )
+            table.add_row(Folded(named), *(numbers[column] for column in counts),
+                          f"{change}{' ' if one_line else chr(10)}{interval_text(item)}")
+        yield table

@@ -17,11 +17,12 @@ from ..model.fingerprints import run_inputs_digest
 from ..model.outcomes import EXIT_MEANINGS
 from ..project import load_project
 from ..read.document import RunSummary, failed_run_document, run_document
+from ..store.layout import stored_partitions
 from ..store.stamps import RunStamp, forget_run_stamp, unchanged_since, write_run_stamp
 from .gate import exit_with_document, gate_json, show_flagged_buckets, show_gate
 from .launching import failed_launch_exit_code, instance_writes, journal_progress, stdout_to_stderr
 from .options import JSON_OPTION, PROJECT_OPTION, RUN_VERSION_OPTION, SET_OPTION, CommandFailed, run_settings
-from .render import console, print_json
+from .render import print_json, say, say_lines
 
 
 def run(
@@ -69,6 +70,7 @@ def run(
     if declared is None and shown_unchanged(system.version):
         return
     forget_run_stamp(root, system.version)
+    first_of_version = system.version not in stored_partitions(root, "recorded_runs")
     from ..defs.launch import run_evaluation  # Dagster: only now that a run is launched
 
     with stdout_to_stderr(enabled=as_json):
@@ -77,7 +79,7 @@ def run(
                 project, fresh=fresh, ungated=ungated, log_level="INFO" if verbose else "CRITICAL", system=system,
                 settings=settings,
             )
-    summary = run_summary(root, evaluation.version, evaluation.run_id)
+    summary = run_summary(root, evaluation.version, evaluation.run_id, first_of_version=first_of_version)
     if not evaluation.errors and summary.complete():
         write_run_stamp(root, version=evaluation.version, ungated=ungated, inputs_digest=inputs_digest,
                         run_id=evaluation.run_id, dagster_dev=summary.dagster_dev)
@@ -92,14 +94,9 @@ def run(
         )
     if as_json:
         exit_with_document(run_document(gate_json(root, evaluation.version, ungated=ungated), evaluation.run_id, summary))
-    console.print(
-        f"Dagster run {evaluation.run_id} evaluated version {evaluation.version}: {counts_text(summary)}.",
-        highlight=False,
-    )
-    for line in summary.why() or ["nothing changed: every recording, replay and verdict was reused"]:
-        console.print(f"  {line}", highlight=False, soft_wrap=True)
-    for line in where_lines(summary):
-        console.print(line, highlight=False, soft_wrap=True)
+    say(f"Dagster run {evaluation.run_id} evaluated version {evaluation.version}: {counts_text(summary)}.")
+    say_lines(f"  {line}" for line in summary.why() or ["nothing changed: every recording, replay and verdict was reused"])
+    say_lines(summary_lines(summary))
     show_flagged_buckets(project, evaluation.version)
     show_gate(project, evaluation.version, ungated=ungated)
 
@@ -114,18 +111,14 @@ def show_unchanged_run(project_root: Path, stamp: RunStamp, *, as_json: bool) ->
         gate = gate_json(project_root, stamp.version, ungated=stamp.ungated)
         exit_with_document(run_document(gate, stamp.run_id, summary, why=[why]))
     verdicts = summary.counts()["verdicts"]
-    console.print(
-        f"Version {stamp.version} is up to date: " + ", ".join(f"{count} {outcome}" for outcome, count in verdicts.items()) + ".",
-        highlight=False,
-    )
-    console.print(f"  {why}", highlight=False, soft_wrap=True)
-    for line in where_lines(summary):
-        console.print(line, highlight=False, soft_wrap=True)
+    say(f"Version {stamp.version} is up to date: " + ", ".join(f"{count} {outcome}" for outcome, count in verdicts.items()) + ".")
+    say(f"  {why}")
+    say_lines(summary_lines(summary))
     show_flagged_buckets(project_root, stamp.version)
     show_gate(project_root, stamp.version, ungated=stamp.ungated)
 
 
-def run_summary(project_root: Path, version: str, run_id: str) -> RunSummary:
+def run_summary(project_root: Path, version: str, run_id: str, *, first_of_version: bool = False) -> RunSummary:
     """What the run did, from the metadata of its materializations in the instance."""
     from dagster import DagsterEventType  # Dagster: only a launch needs it (imported by then)
 
@@ -136,14 +129,19 @@ def run_summary(project_root: Path, version: str, run_id: str) -> RunSummary:
         materialization = entry.asset_materialization
         if materialization is not None:
             metadata[materialization.asset_key.path[-1]] = {key: value.value for key, value in materialization.metadata.items()}
-    return RunSummary(project_root, version, metadata, dagster_dev=dagster_dev_command(project_root))
+    return RunSummary(project_root, version, metadata, dagster_dev=dagster_dev_command(project_root),
+                      first_of_version=first_of_version)
 
 
 def dagster_dev_command(project_root: Path) -> str:
-    """The README's line with this project's own paths: the instance the run is in."""
-    from ..defs.instance import instance_home  # Dagster: only a launch needs it (imported by then)
+    """The README's line with this project's own paths: the instance the run is in, and the
+    workspace.yaml that loads the project (else its definitions.py)."""
+    from ..defs.instance import instance_home, project_location  # Dagster: only a launch needs it (imported by then)
 
     home = f"DAGSTER_HOME={shlex.quote(str(instance_home(project_root)))}"
+    location = project_location(project_root)
+    if location is not None and location.workspace is not None:
+        return f"{home} dagster dev -w {shlex.quote(str(location.workspace))}"
     definitions = project_root / "definitions.py"
     if definitions.is_file():
         return f"{home} dagster dev -f {shlex.quote(str(definitions))}"
@@ -163,7 +161,11 @@ def counts_text(summary: RunSummary) -> str:
     )
 
 
-def where_lines(summary: RunSummary) -> list[str]:
+def summary_lines(summary: RunSummary) -> list[str]:
+    """What the run cost when the system called a model, where the report is, and how to open
+    the run in Dagster."""
+    spent = summary.spend()
+    lines = [f"Model use: {spent.line()}"] if spent.used_a_model else []
     report = summary.report_path()
-    lines = [f"Report: {report}"] if report else []
+    lines += [f"Report: {report}"] if report else []
     return [*lines, f"Open the run in Dagster: {summary.dagster_dev}"]

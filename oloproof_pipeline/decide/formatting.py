@@ -71,3 +71,65 @@ def format_rate(value: float | None, missing: str = NO_RATE) -> str:
 def format_interval(lower: float | None, upper: float | None, missing: str = NO_RATE) -> str:
     """`[0.447, 0.844]`."""
     return f"[{format_rate(lower, missing)}, {format_rate(upper, missing)}]"
+
+
+# -- one vocabulary for a gate rule --------------------------------------------------------
+#
+# Every output names a rule's fields with these words, in this order: the CLI's decisions
+# table, the Markdown export, JUnit's properties, the HTML report and the Dagster metadata
+# (`--json` keys them the same: rate, interval, bar, counts.passed/judged/missing/excluded,
+# method). Each is defined once here.
+
+RULE_COLUMNS = (
+    "rule / metric", "decision", "rate", "interval", "bar", "passed/judged", "missing", "excluded", "method", "reasons",
+)
+# The interval methods stored in the gate table, as people read them.
+METHOD_NAMES = {"clopper_pearson": "exact", "clopper_pearson_effective_clusters": "eff. clusters"}
+
+
+def method_text(method: str | None) -> str:
+    """`exact` for clopper_pearson; a method with no short name as stored."""
+    return METHOD_NAMES.get(method or "", method or "")
+
+
+def bar_text(kind: str, bar: float) -> str:
+    """`min 0.7`: the bar as release.yaml writes it."""
+    return f"{kind} {format_bar(bar)}"
+
+
+def passed_judged_text(passed: int | None, failed: int | None) -> str:
+    """`20/24`: cases passed of cases judged (missing and excluded ones are neither)."""
+    return f"{passed or 0}/{(passed or 0) + (failed or 0)}"
+
+
+def rule_bar(rule: dict) -> tuple[str, float]:
+    """A rule's bar kind and value, from a stored gate row or a RuleDecision dumped."""
+    kind = rule["bar_kind"]
+    bar = rule.get("bar")
+    if bar is None or bar != bar:
+        bar = rule["bar_min"] if kind == "min" else rule["bar_max"]
+    return kind, float(bar)
+
+
+def rule_cells(rule: dict) -> dict:
+    """A gate row (stored, or a RuleDecision dumped) in the shared words, keyed by RULE_COLUMNS."""
+    return {
+        "rule / metric": f"{rule['rule_id']} / {rule['metric']}",
+        "decision": rule["decision"],
+        "rate": format_rate(rule["estimate"]),
+        "interval": format_interval(rule["lower"], rule["upper"]),
+        "bar": bar_text(*rule_bar(rule)),
+        "passed/judged": passed_judged_text(rule["passed"], rule["failed"]),
+        "missing": int(rule["missing"] or 0),
+        "excluded": int(rule["excluded"] or 0),
+        "method": method_text(rule["method"]),
+        "reasons": "; ".join(rule["reasons"] or []),
+    }
+
+
+def rule_sentence(rule: dict) -> str:
+    """`FAIL: rate 0.000, interval [0.000, 0.265], bar min 0.8, passed/judged 0/12, missing 0,
+    excluded 12, method exact`: a rule on one line, in the shared words and order."""
+    cells = rule_cells(rule)
+    facts = ", ".join(f"{name} {cells[name]}" for name in RULE_COLUMNS[2:-1])
+    return f"{cells['decision']}: {facts}"

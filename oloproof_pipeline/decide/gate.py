@@ -26,7 +26,7 @@ from ..model.outcomes import (
 from ..model.fingerprints import frame_digest
 from ..model.trials import split_trial_metric
 from ..store.tables import GATE_NESTED, GATE_SCHEMA, models_to_frame, null_to_none, rows_from_frame
-from .formatting import format_bar, format_bound_against_bar, format_rate
+from .formatting import RULE_COLUMNS, format_bar, format_bound_against_bar, rule_cells
 from .statistics import BlockingReason, RateEstimate, rate_from_outcomes
 from .trials import all_trials, trial_rate
 from .suite_size import SUITE_SIZE_CAP, BarKind, suite_size_to_decide
@@ -287,35 +287,27 @@ def gate_from_table(frame: pd.DataFrame) -> GateDecision:
 
 def _cell(text: str) -> str:
     """Table-safe text: a `|` or a newline would break the row."""
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
-def _number(value: float | None) -> str:
-    return format_rate(value, missing="n/a")
+    return str(text).replace("|", "\\|").replace("\n", " ")
 
 
 def _rule_row(rule: RuleDecision) -> str:
-    cells = [
-        rule.rule_id,
-        rule.metric,
-        f"**{rule.decision}**",
-        _number(rule.estimate),
-        f"[{_number(rule.lower)}, {_number(rule.upper)}] {rule.method}",
-        f"{rule.observed} / {rule.missing} / {rule.excluded}",
-        "; ".join(rule.reasons) or "-",
-    ]
-    return "| " + " | ".join(_cell(cell) for cell in cells) + " |"
+    cells = rule_cells(rule.model_dump())
+    rule_id, metric = rule.rule_id, rule.metric
+    shown = {**cells, "decision": f"**{rule.decision}**", "reasons": cells["reasons"] or "-"}
+    return "| " + " | ".join(_cell(text) for text in (rule_id, metric, *(shown[name] for name in RULE_COLUMNS[1:]))) + " |"
 
 
 def gate_markdown(gate: GateDecision) -> str:
-    """The overall decision, then one table row per rule."""
+    """The overall decision, then one table row per rule, in the shared words (RULE_COLUMNS,
+    the rule and its metric in columns of their own)."""
+    header = ["rule", "metric", *RULE_COLUMNS[1:]]
     lines = [
         f"**Gate: {gate.decision}** (exit code {gate.exit_code})",
         "",
-        "| rule | metric | decision | estimate | interval | observed / missing / excluded | reasons |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| " + " | ".join(header) + " |",
+        "|" + " --- |" * len(header),
     ]
     lines.extend(_rule_row(rule) for rule in gate.rules)
     if not gate.rules:
-        lines.append("| - | - | - | - | - | - | " + _cell("; ".join(gate.reasons)) + " |")
+        lines.append("| " + " | ".join(["-"] * (len(header) - 1)) + " | " + _cell("; ".join(gate.reasons)) + " |")
     return "\n".join(lines) + "\n"

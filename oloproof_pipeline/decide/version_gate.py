@@ -3,26 +3,35 @@ decided from changed (the verdicts, the copies' labels, the later trials, the po
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 
 from ..model.config import Project
+from ..model.fingerprints import frame_digest
+from ..model.outcomes import FAIL
 from ..store.reuse import stored_if_digest
 from ..store.stored import StoredTable
-from .certification import decide_certified_gate, exclude_uncertified
+from .certification import decide_certified_gate, exclude_uncertified, excluded_flags
 from .gate import (
     GATED_TRIAL_COLUMNS,
     GATED_VERDICT_COLUMNS,
     VALIDITY_COLUMNS,
     GateDecision,
+    decide_gate,
     decide_release_gate,
     gate_from_table,
     gate_inputs_digest,
     gate_table,
 )
 from .trials import CriterionTrials, project_trial_summaries
+
+# The stored certification (run/certification.py writes it), and the reason a rule gains when
+# some of its FAILs fall on cases it flagged.
+CERTIFICATION_TABLE = "case_certification"
+FLAGGED_FAILURES = "fails_on_flagged_cases"
 
 
 @dataclass(frozen=True)
@@ -53,9 +62,13 @@ def gate_of_version(
     validity = stored["derived_cases"].columns(*VALIDITY_COLUMNS) if stored["derived_cases"].exists else None
     gated = stored["verdicts"].columns(*GATED_VERDICT_COLUMNS, "case_id")
     later_trials = stored_trial_verdicts(project, stored["trial_verdicts"])
+    # Without require_certified_cases a flagged case still counts; its FAILs are named.
+    noted = stored_flags(project) if flags is None else []
     inputs_digest = gate_inputs_digest(
         project, gated if flags is None else exclude_uncertified(gated, flags)[0], validity, later_trials
     )
+    if noted:
+        inputs_digest = frame_digest("gate_flagged/v1", pd.DataFrame(noted), {"gate": inputs_digest}, producer="decisions")
     stored_gate = stored_if_digest(
         stored["gate"], inputs_digest, table="gate", made="gate decided", again_because="its verdicts, labels or release policy changed"
     )
@@ -63,7 +76,7 @@ def gate_of_version(
         frame, decision = stored_gate.frame, gate_from_table(stored_gate.frame)
     else:
         decision = (
-            decide_release_gate(project, gated, validity, later_trials) if flags is None
+            note_flagged_failures(decide_release_gate(project, gated, validity, later_trials), gated, noted) if flags is None
             else decide_certified_gate(project, gated, validity, flags, later_trials)
         )
         frame = gate_table(decision, version=version, judged_by_run=run_id, inputs_digest=inputs_digest)
@@ -71,3 +84,46 @@ def gate_of_version(
         frame=frame, decision=decision, reused=stored_gate.reused, reasons=stored_gate.reasons,
         trials=project_trial_summaries(project, gated, later_trials),
     )
+
+
+def stored_flags(project: Project) -> list[dict[str, Any]]:
+    """The stored certification's flags (case_id, flag, criterion), none before `certify`."""
+    table = StoredTable.at(project.root, CERTIFICATION_TABLE).readable("its flagged cases are not named")
+    if not table.exists:
+        return []
+    rows = table.columns("case_id", "flags")
+    return sorted(
+        ({"case_id": case_id, "flag": item["flag"], "criterion": item.get("criterion")}
+         for case_id, text in zip(rows["case_id"], rows["flags"]) if isinstance(text, str)
+         for item in json.loads(text) or []),
+        key=lambda item: (item["case_id"], item["flag"], item["criterion"] or ""),
+    )
+
+
+def flagged_failures_reason(failed: list[tuple[str, str]]) -> str:
+    """`FAIL on 1 case certification flagged: ord-024 (reference_fails)`."""
+    cases = "case" if len(failed) == 1 else "cases"
+    return f"{FLAGGED_FAILURES}: FAIL on {len(failed)} {cases} certification flagged: " + ", ".join(
+        f"{case_id} ({flag})" for case_id, flag in failed
+    )
+
+
+def note_flagged_failures(gate: GateDecision, verdicts: pd.DataFrame, flags: list[dict[str, Any]]) -> GateDecision:
+    """Each rule over a criterion names the FAIL verdicts that fall on cases certification
+    flagged as broken (its reference fails, its input repeats with other expectations...): the
+    case may be what is wrong, not the agent. They still count, as the policy says. A case that
+    doing nothing passes is not broken: an agent failing it did something wrong."""
+    if not flags:
+        return gate
+    by_case = excluded_flags(flags)
+    failing = verdicts[verdicts["outcome"] == FAIL]
+    rules = []
+    for rule in gate.rules:
+        failed = []
+        for case_id in failing.loc[failing["criterion"] == rule.metric, "case_id"]:
+            flag = by_case.get(case_id, {}).get(None)  # a flag on the case, not on one criterion
+            if flag is not None:
+                failed.append((case_id, flag))
+        rules.append(rule.model_copy(update={"reasons": [*rule.reasons, flagged_failures_reason(failed)]}) if failed else rule)
+    return decide_gate(rules)
+

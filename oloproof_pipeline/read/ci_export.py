@@ -19,7 +19,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from ..decide.formatting import format_interval
+from ..decide.formatting import rule_sentence
 from ..decide.gate import gate_from_table, gate_markdown
 from ..model.outcomes import EXCLUDED, FAIL, MISSING, OUTCOMES, STRUCTURAL_EXCLUSIONS
 from ..store.tables import GATE_NESTED, rows_from_frame
@@ -60,12 +60,12 @@ def _testcase(verdict: dict[str, Any], classname: str, seconds: float) -> ET.Ele
 
 
 def _rule_properties(suite: ET.Element, rules: list[dict[str, Any]], version: str) -> None:
-    """The version, and each gate rule over this criterion with its decision and interval."""
+    """The version, and each gate rule over this criterion in the shared words (decision, rate,
+    interval, bar, passed/judged, missing, excluded, method)."""
     properties = ET.SubElement(suite, "properties")
     ET.SubElement(properties, "property", name="system_version", value=version)
     for rule in rules:
-        interval = "n/a" if rule["lower"] is None else format_interval(rule["lower"], rule["upper"])
-        ET.SubElement(properties, "property", name=f"gate.{rule['rule_id']}", value=f"{rule['decision']} {interval}")
+        ET.SubElement(properties, "property", name=f"gate.{rule['rule_id']}", value=rule_sentence(rule))
 
 
 def junit_tree(results: VersionResults, project_name: str) -> ET.ElementTree:

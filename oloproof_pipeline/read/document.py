@@ -14,6 +14,7 @@ from ..store.stored import StoredTable
 from ..store.tables import GATE_NESTED, rows_from_frame
 from .reports import report_path, stored_trials
 from .results import outcome_counts
+from .spend import SPEND_COLUMNS, VersionSpend, version_spend
 
 
 @dataclass(frozen=True)
@@ -77,16 +78,24 @@ def rule_document(row: dict) -> dict[str, Any]:
     }
 
 
+# How the stages say a case had nothing stored to reuse (run/recording.py, run/replaying.py,
+# evaluators/judging.py).
+NEW_CASE = ": new case"
+
+
 class RunSummary:
     """What a run did, read from its materializations' metadata (asset name -> values): cases
     recorded and reused, replays run and reused, verdicts judged, and where to look next.
     `dagster_dev` is the command that opens the run's instance in Dagster."""
 
-    def __init__(self, project_root: Path, version: str, metadata: dict[str, dict[str, Any]], *, dagster_dev: str):
+    def __init__(self, project_root: Path, version: str, metadata: dict[str, dict[str, Any]], *, dagster_dev: str,
+                 first_of_version: bool = False):
         self.project_root = project_root
         self.version = version
         self.metadata = metadata
         self.dagster_dev = dagster_dev
+        # Nothing was stored for the version before this run: every case is new to it.
+        self.first_of_version = first_of_version
 
     def _value(self, asset: str, key: str, default: Any = 0) -> Any:
         return self.metadata.get(asset, {}).get(key, default)
@@ -107,8 +116,13 @@ class RunSummary:
         }
 
     def why(self) -> list[str]:
-        """Why anything was recorded, replayed, judged or decided again, in the order the assets ran."""
-        return [line for values in self.metadata.values() for line in values.get("why", [])]
+        """Why anything was recorded, replayed, judged or decided again, in the order the assets
+        ran. On a version's first run a case is new because the version is: that is said."""
+        lines = [line for values in self.metadata.values() for line in values.get("why", [])]
+        if not self.first_of_version:
+            return lines
+        return [line.removesuffix(NEW_CASE) + f": first run of version {self.version}" if line.endswith(NEW_CASE) else line
+                for line in lines]
 
     def complete(self) -> bool:
         """Every case and replay recorded: a rerun would have nothing to retry."""
@@ -119,8 +133,14 @@ class RunSummary:
         path = report_path(self.project_root, self.version)
         return str(path) if path.is_file() else None
 
+    def spend(self) -> VersionSpend:
+        """The version's model calls, tokens and cost, over its stored recordings."""
+        runs = StoredTable.at(self.project_root, "recorded_runs", partition=self.version).readable("its model use is not summed")
+        return version_spend(runs.columns(*SPEND_COLUMNS) if runs.exists else None)
+
     def document(self) -> dict[str, Any]:
-        return {"counts": self.counts(), "why": self.why(), "report": self.report_path(), "dagster_dev": self.dagster_dev}
+        return {"counts": self.counts(), "spend": self.spend().as_json(), "why": self.why(), "report": self.report_path(),
+                "dagster_dev": self.dagster_dev}
 
 
 def run_document(gate: dict[str, Any], run_id: str, summary: RunSummary, *, why: list[str] | None = None) -> dict[str, Any]:

@@ -10,6 +10,10 @@ from typing import Any
 import pandas as pd
 
 
+# The recorded_runs columns the sums are read from.
+SPEND_COLUMNS = ("model_calls", "prompt_tokens", "completion_tokens", "cost_usd")
+
+
 @dataclass(frozen=True)
 class VersionSpend:
     """The version's model use; `cost_usd` is None when no recording has a price, and
@@ -34,6 +38,12 @@ class VersionSpend:
             return "not priced (no `pricing:` rate for the model)"
         text = f"${self.cost_usd:.4f}"
         return text + (f" ({self.unpriced} recordings not priced)" if self.unpriced else "")
+
+
+    def line(self) -> str:
+        """`24 model calls, 1200 prompt + 340 completion tokens, $0.0123`: the report's words."""
+        return (f"{self.model_calls} model calls, {self.prompt_tokens} prompt + {self.completion_tokens} completion "
+                f"tokens, {self.cost_text()}")
 
 
 def version_spend(runs: pd.DataFrame | None) -> VersionSpend:

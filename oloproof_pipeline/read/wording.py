@@ -9,13 +9,15 @@ from typing import Any
 
 import pandas as pd
 
-from ..decide.formatting import format_interval, format_rate
+from ..decide.formatting import METHOD_NAMES, RULE_COLUMNS, format_interval, format_rate, rule_cells
 from ..store.tables import rows_from_frame
 
-# The gate's columns, as `oloproof run` prints them (and the gate asset's rules table).
-GATE_COLUMNS = ("rule / metric", "decision", "rate", "interval", "passed/judged", "missing", "excluded", "reasons")
-# Short names for the interval methods stored in the gate table.
-METHOD_NAMES = {"clopper_pearson": "exact", "clopper_pearson_effective_clusters": "eff. clusters"}
+__all__ = ["GATE_COLUMNS", "METHOD_NAMES", "TIME_FORMAT", "call_text", "flagged_buckets", "json_text", "rule_cells",
+           "short_run_id"]
+
+# The gate's columns, as `oloproof run` prints them (and the gate asset's rules table): the one
+# vocabulary of decide.formatting.
+GATE_COLUMNS = RULE_COLUMNS
 TIME_FORMAT = "%Y-%m-%d %H:%M:%S UTC"
 
 
@@ -27,22 +29,6 @@ def json_text(value: Any) -> str:
 def short_run_id(run_id: str | None) -> str:
     """The first block of a run id, as Dagster's UI shows it."""
     return run_id.split("-")[0] if run_id else "-"
-
-
-def rule_cells(rule: dict[str, Any]) -> dict[str, Any]:
-    """A gate row in the words `oloproof run` uses, keyed by `GATE_COLUMNS`."""
-    judged = (rule["passed"] or 0) + (rule["failed"] or 0)
-    method = METHOD_NAMES.get(rule["method"], rule["method"] or "")
-    return {
-        "rule / metric": f"{rule['rule_id']} / {rule['metric']}",
-        "decision": rule["decision"],
-        "rate": format_rate(rule["estimate"]),
-        "interval": f"{format_interval(rule['lower'], rule['upper'])} {method}".strip(),
-        "passed/judged": f"{rule['passed']}/{judged}",
-        "missing": int(rule["missing"] or 0),
-        "excluded": int(rule["excluded"] or 0),
-        "reasons": "; ".join(rule["reasons"] or []),
-    }
 
 
 def call_text(call: dict[str, Any] | None, *, with_result: bool = True) -> str:
