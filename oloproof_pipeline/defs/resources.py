@@ -21,10 +21,11 @@ from ..store.tables import case_table
 from .instance import claim_instance
 
 
-@dataclass(frozen=True)
+@dataclass
 class Launched:
     """What a launch in this process read and checked just before it executed the run: the
-    project, its cases' table and their copies (derived at most once per launch)."""
+    project, its cases' table and their copies (derived at most once per launch). The tables
+    are handed to the run's assets once each, then let go: the run holds no second copy."""
 
     project: Project
     cases: pd.DataFrame | None = None
@@ -70,13 +71,16 @@ class EvaluationProject(ConfigurableResource):
     def case_table(self) -> pd.DataFrame:
         """The cases' table: the launch's, else read from the files now."""
         if self._launched is not None and self._launched.cases is not None:
-            return self._launched.cases
+            cases, self._launched.cases = self._launched.cases, None
+            return cases
         return case_table(load_cases(self.load()))
 
     def copies(self, cases: pd.DataFrame) -> Copies:
         """The copies of `cases`: the launch's when made from these very cases, else reused or
         derived now (`derived_copies`)."""
-        launched = self._launched.copies if self._launched is not None else None
+        launched = None
+        if self._launched is not None:
+            launched, self._launched.copies = self._launched.copies, None
         if launched is not None and launched.inputs_digest == copies_inputs_digest(self.load(), cases):
             return launched
         return derived_copies(self.load(), cases)
