@@ -1,9 +1,17 @@
 """The whole pipeline at scale on the refund desk: cold run, reruns, peak memory, and the floor.
 
 Usage:
-    python benchmarks/pipeline.py [--sizes 2400,10000] [--huge] [--vs-oloproof] [--sleep-cases 2400]
-                                  [--dask-cases 200]
+    python benchmarks/pipeline.py [--small-runs 3] [--sizes 2400,10000] [--huge] [--vs-oloproof]
+                                  [--sleep-cases 2400] [--dask-cases 200]
                                   [--workdir DIR] [--keep]
+
+First, the small example as a newcomer and an agent developer meet it (`--small-runs R`, 0 to
+skip): the refund desk as shipped (24 source cases, 72 recorded, 12 replays) against
+Oloproof's own stateful-agent example, a new `system.version` each run (ours: `--version`;
+Oloproof's: its oloproof.yaml edited), the two run in turn R times (A B A B ...): the median
+wall time and the median peak RSS of the whole process tree (every process the run started,
+their resident memory summed while they run, sampled every 10 ms), and the ratios taken pair
+by pair; then the same first run in an empty folder.
 
 For each size N it generates a suite of N source cases for the refund desk
 (`example_project/stateful_agent`: the same six kinds of case, ids and amounts varied, labels
@@ -40,15 +48,19 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import psutil
 import yaml
 
 from oloproof_pipeline.model.config import TransformConfig
@@ -59,7 +71,20 @@ from scale_out import timed_recording  # benchmarks/ is the script's folder, so 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "example_project" / "stateful_agent"
 OUR_COMMAND = Path(sys.executable).parent / "oloproof-pipeline"  # `oloproof` may be Oloproof's own (the extra)
-OLOPROOF_COMMAND = Path(os.environ.get("OLOPROOF", "/work/oloproof-venv/bin/oloproof"))
+
+def oloproof_command() -> list[str]:
+    """Oloproof's own CLI: `$OLOPROOF`, else its module in this interpreter (installed beside
+    us, where the `oloproof` script name is ours), else an `oloproof` venv of its own."""
+    if os.environ.get("OLOPROOF"):
+        return [os.environ["OLOPROOF"]]
+    try:
+        import oloproof_cli  # noqa: F401  (only whether it is installed)
+    except ImportError:
+        return ["/work/oloproof-venv/bin/oloproof"]
+    return [sys.executable, "-m", "oloproof_cli"]
+
+
+OLOPROOF_COMMAND = oloproof_command()
 # The refund desk's policy threshold: amounts are varied without crossing it, so each case
 # keeps its kind (and its expected answer).
 ESCALATION_THRESHOLD_USD = 200.0
@@ -195,10 +220,11 @@ def oloproof_suite(workdir: Path, total: int) -> Path:
     parent = workdir / f"oloproof-{total}"
     shutil.rmtree(parent, ignore_errors=True)
     parent.mkdir(parents=True)
-    subprocess.run([str(OLOPROOF_COMMAND), "init", "--example", "stateful-agent"], cwd=parent, check=True,
+    subprocess.run([*OLOPROOF_COMMAND, "init", "--example", "stateful-agent"], cwd=parent, check=True,
                    stdout=subprocess.DEVNULL)
     project = parent / "stateful-agent"
-    write_suite(project, total)
+    if total:
+        write_suite(project, total)
     return project
 
 
@@ -211,30 +237,62 @@ class Timed:
     peak_rss_mib: float
     exit_code: int
     stdout: str
+    # The whole process tree's resident memory at its largest (summed over the processes
+    # alive at once: the run, its fork server and workers); 0 when not sampled.
+    tree_peak_mib: float = 0.0
 
 
-def timed(command: list[str], cwd: Path | None = None) -> Timed:
-    """Wall time and the process's own peak RSS (from the kernel's rusage of that child)."""
+def tree_rss_bytes(pid: int) -> int:
+    """The resident memory of `pid` and every descendant now (0 for one that just ended)."""
+    try:
+        root = psutil.Process(pid)
+        processes = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0
+    total = 0
+    for process in processes:
+        with suppress(psutil.Error):
+            total += process.memory_info().rss
+    return total
+
+
+def timed(command: list[str], cwd: Path | None = None, env: dict[str, str] | None = None) -> Timed:
+    """Wall time, the process's own peak RSS (from the kernel's rusage of that child) and the
+    process tree's peak RSS (sampled every 10 ms from a thread)."""
     started = time.perf_counter()
     with tempfile.TemporaryFile() as out:
-        process = subprocess.Popen(command, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(command, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
+                                   env=None if env is None else {**os.environ, **env})
+        peak, done = [0], threading.Event()
+
+        def sample() -> None:
+            while not done.wait(0.01):
+                peak[0] = max(peak[0], tree_rss_bytes(process.pid))
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
         _, status, usage = os.wait4(process.pid, 0)
         seconds = time.perf_counter() - started
+        done.set()
+        sampler.join()
         process.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         text = out.read().decode("utf-8", "replace")
-    return Timed(seconds, usage.ru_maxrss / 1024, process.returncode, text)
+    own = usage.ru_maxrss / 1024
+    return Timed(seconds, own, process.returncode, text, tree_peak_mib=max(peak[0] / 2**20, own))
 
 
 def run_ours(project: Path, *options: str) -> Timed:
-    result = timed([str(OUR_COMMAND), "run", "--project", str(project), *options])
+    # This checkout's package, whatever the interpreter has installed.
+    result = timed([str(OUR_COMMAND), "run", "--project", str(project), *options],
+                   env={"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))})
     if result.exit_code not in (0, 1, 3, 4):
         raise SystemExit(f"oloproof run failed ({result.exit_code}) in {project}:\n{result.stdout[-3000:]}")
     return result
 
 
 def run_oloproof(project: Path) -> Timed:
-    result = timed([str(OLOPROOF_COMMAND), "run"], cwd=project)
+    result = timed([*OLOPROOF_COMMAND, "run"], cwd=project)
     if result.exit_code not in (0, 1, 3, 4):
         raise SystemExit(f"Oloproof's run failed ({result.exit_code}) in {project}:\n{result.stdout[-3000:]}")
     return result
@@ -343,7 +401,8 @@ def sleeping_suite(workdir: Path, total: int, sleep_s: float = SLEEP_S, name: st
 
 
 def line(label: str, result: Timed, extra: str = "") -> None:
-    print(f"  {label:<28} {result.seconds:8.2f} s   peak RSS {result.peak_rss_mib:6.0f} MiB   exit {result.exit_code}"
+    print(f"  {label:<28} {result.seconds:8.2f} s   peak RSS {result.peak_rss_mib:6.0f} MiB "
+          f"(tree {result.tree_peak_mib:6.0f} MiB)   exit {result.exit_code}"
           + (f"   {extra}" if extra else ""), flush=True)
 
 
@@ -379,7 +438,53 @@ def measure_size(workdir: Path, total: int, vs_oloproof: bool) -> None:
         line("Oloproof rerun", their_rerun)
         print(f"  ours / Oloproof: cold {cold.seconds / their_cold.seconds:.2f}x, rerun "
               f"{rerun.seconds / their_rerun.seconds:.2f}x, peak RSS (cold) "
-              f"{cold.peak_rss_mib / their_cold.peak_rss_mib:.2f}x", flush=True)
+              f"{cold.peak_rss_mib / their_cold.peak_rss_mib:.2f}x (tree {cold.tree_peak_mib / their_cold.tree_peak_mib:.2f}x)",
+              flush=True)
+
+
+def bump_oloproof_version(project: Path, version: str) -> None:
+    """Oloproof has no version flag: its oloproof.yaml's `system.version` is edited."""
+    config = project / "oloproof.yaml"
+    config.write_text(re.sub(r"(?m)^(  version:).*$", rf"\1 {version}", config.read_text(encoding="utf-8"), count=1),
+                      encoding="utf-8")
+
+
+def small_pair(workdir: Path, runs: int, *, fresh_folders: bool) -> None:
+    """Ours and Oloproof's small example in turn, `runs` times, a new version each run
+    (`fresh_folders`: each run the first in an empty folder)."""
+    ours_project = theirs_project = None
+    pairs: list[tuple[Timed, Timed]] = []
+    for index in range(runs + 1):  # the first pair warms the disk caches and is not counted
+        if fresh_folders or ours_project is None:
+            ours_project = workdir / f"small-ours-{index}"
+            shutil.rmtree(ours_project, ignore_errors=True)
+            shutil.copytree(EXAMPLE, ours_project, ignore=shutil.ignore_patterns(".oloproof", "__pycache__"))
+            theirs_project = oloproof_suite(workdir / f"small-{index}", 0)
+        version = f"bench-{index}"
+        ours = run_ours(ours_project, "--version", version)
+        bump_oloproof_version(theirs_project, version)
+        theirs = run_oloproof(theirs_project)
+        if index:
+            pairs.append((ours, theirs))
+    ours_seconds = statistics.median(ours.seconds for ours, _ in pairs)
+    theirs_seconds = statistics.median(theirs.seconds for _, theirs in pairs)
+    ours_peak = statistics.median(ours.tree_peak_mib for ours, _ in pairs)
+    theirs_peak = statistics.median(theirs.tree_peak_mib for _, theirs in pairs)
+    time_ratio = statistics.median(ours.seconds / theirs.seconds for ours, theirs in pairs)
+    memory_ratio = statistics.median(ours.tree_peak_mib / theirs.tree_peak_mib for ours, theirs in pairs)
+    print(f"  ours      {ours_seconds:7.2f} s   tree peak RSS {ours_peak:5.0f} MiB   "
+          f"({', '.join(f'{ours.seconds:.2f}' for ours, _ in pairs)} s)", flush=True)
+    print(f"  Oloproof  {theirs_seconds:7.2f} s   tree peak RSS {theirs_peak:5.0f} MiB   "
+          f"({', '.join(f'{theirs.seconds:.2f}' for _, theirs in pairs)} s)", flush=True)
+    print(f"  ours / Oloproof (median of the pairs): time {time_ratio:.2f}x, peak memory {memory_ratio:.2f}x", flush=True)
+
+
+def measure_small(workdir: Path, runs: int) -> None:
+    print(f"\nThe small example (24 source cases, 72 recorded, 12 replays), a new system.version each run, "
+          f"{runs} runs each in turn", flush=True)
+    small_pair(workdir, runs, fresh_folders=False)
+    print("The same, each run the first in an empty folder", flush=True)
+    small_pair(workdir, runs, fresh_folders=True)
 
 
 def measure_sleeping(workdir: Path, total: int) -> None:
@@ -414,6 +519,8 @@ def measure_dask(workdir: Path, total: int, workers: int = 2) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--small-runs", type=int, default=3,
+                        help="runs of the small example against Oloproof's, in turn (0: skip)")
     parser.add_argument("--sizes", default="2400,10000", help="source-case counts, comma separated")
     parser.add_argument("--huge", action="store_true", help="also N = 100,000")
     parser.add_argument("--vs-oloproof", action="store_true", help="Oloproof's own example side by side")
@@ -434,6 +541,8 @@ def main() -> None:
     workdir.mkdir(parents=True, exist_ok=True)
     print(f"Suites under {workdir}; {os.cpu_count()} CPUs; Python {sys.version.split()[0]}", flush=True)
     try:
+        if arguments.small_runs:
+            measure_small(workdir, arguments.small_runs)
         for total in sizes:
             measure_size(workdir, total, arguments.vs_oloproof)
         if arguments.sleep_cases:

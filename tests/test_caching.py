@@ -18,6 +18,7 @@ from dagster import DagsterInstance
 from oloproof_pipeline.defs.launch import run_evaluation
 from oloproof_pipeline.evaluators.state_matches import StateComparison
 from oloproof_pipeline.model.paths import ABSENT
+from oloproof_pipeline.store import reuse
 from oloproof_pipeline.store.layout import reports_dir, table_path
 
 from helpers import oloproof
@@ -151,6 +152,33 @@ def test_adding_one_case_records_exactly_that_case_its_copies_and_its_replays(co
     verdicts = latest(instance, "verdicts")
     assert (verdicts["verdicts_judged"], verdicts["verdicts_reused"]) == (3 * CRITERIA, CASES * CRITERIA)
     assert "3 cases recorded: new case" in why(instance) and "1 replay replayed: new case" in why(instance)
+
+
+# Appended to the desk's app.py: each process that imports the system says whether pandas was
+# already imported there (the fork server and its workers need none of it).
+NOTE_PANDAS = """
+with __import__("pathlib").Path(__file__).with_name("pandas.log").open("a") as _log:
+    _log.write(str("pandas" in __import__("sys").modules) + "\\n")
+"""
+
+
+def test_a_launch_derives_the_copies_at_most_once_and_its_workers_import_no_pandas(counted_desk, instance, monkeypatch):
+    derived: list[int] = []  # the sources of each derivation of the copies, in this process
+    derive = reuse.derive_cases
+    monkeypatch.setattr(reuse, "derive_cases", lambda project, sources: derived.append(len(sources)) or derive(project, sources))
+    app = counted_desk / "app.py"
+    app.write_text(app.read_text() + NOTE_PANDAS)
+
+    evaluate(counted_desk, instance)
+    assert derived == [24]  # the launch derived them, and the run's derived_cases took the launch's
+    evaluate(counted_desk, instance)
+    assert derived == [24]  # stored from the same inputs: reused, not derived to check them
+    with (counted_desk / "data" / "cases.jsonl").open("a") as cases:
+        cases.write(json.dumps(NEW_CASE) + "\n")
+    evaluate(counted_desk, instance)
+    assert derived == [24, 25]
+    imported = (counted_desk / "pandas.log").read_text().split()
+    assert imported and set(imported) == {"False"}, imported
 
 
 def test_tables_stored_before_cache_keys_are_still_read_and_their_work_done_again(counted_desk, instance):

@@ -26,12 +26,10 @@ from ..decide.validity import transform_validity
 from ..decide.version_gate import gate_of_version
 from ..evaluators.judging import judge_verdict_table
 from ..evaluators.trials import judge_trial_table
-from ..model.cases import load_cases
 from ..model.config import Project
 from ..model.errors import ProjectError
-from ..model.fingerprints import code_versions, copies_inputs_digest
+from ..model.fingerprints import code_versions
 from ..model.outcomes import ALLOW, BLOCK
-from ..model.transforms import derive_cases
 from ..read import compare as comparison
 from ..read.results import load_results
 from ..read.version_report import write_version_report
@@ -41,7 +39,7 @@ from ..run.replaying import replay_fault_table
 from ..run.system import SYSTEM_TAG, ResolvedSystem
 from ..run.trials import record_trial_table
 from ..store import tables
-from ..store.reuse import previous_at, reuse_if_digest, stored_tables
+from ..store.reuse import previous_at, stored_tables
 from ..store.stored import StoredTable
 from ..store.tables import rows_from_frame
 from .asset_metadata import (
@@ -78,17 +76,6 @@ def system_of_run(context: AssetExecutionContext) -> ResolvedSystem | None:
     except (ValueError, TypeError):  # a tag edited by hand: as good as none
         return None
     return system if system.version == context.partition_key else None
-
-
-def derived_copies(project: Project, cases: pd.DataFrame) -> tuple[pd.DataFrame, list | None]:
-    """The cases' metamorphic copies: the stored ones when made from these inputs (no label
-    summaries then), else derived now with the labels' summaries."""
-    inputs_digest = copies_inputs_digest(project, cases)
-    frame = reuse_if_digest(previous_at(project.root, "derived_cases", "copies derived"), inputs_digest)
-    if frame is not None:
-        return frame, None
-    derived = derive_cases(project, tables.cases_from_table(cases))
-    return tables.derived_case_table(derived.copies, inputs_digest=inputs_digest), derived.label_summaries
 
 
 def certification_code_version(code_version: dict[str, str]) -> str:
@@ -138,7 +125,7 @@ def build_assets(
         description="The project's cases, validated, each with its digest.",
     )
     def cases(context: AssetExecutionContext, evaluation_project: EvaluationProject) -> pd.DataFrame:
-        frame = tables.case_table(load_cases(evaluation_project.load()))
+        frame = evaluation_project.case_table()
         context.add_output_metadata({"dagster/row_count": len(frame), "cases": len(frame)})
         return frame
 
@@ -153,9 +140,9 @@ def build_assets(
     def derived_cases(
         context: AssetExecutionContext, evaluation_project: EvaluationProject, cases: pd.DataFrame
     ) -> pd.DataFrame:
-        frame, label_summaries = derived_copies(evaluation_project.load(), cases)
-        context.add_output_metadata(copies_metadata(frame, transform_validity(frame), label_summaries))
-        return frame
+        copies = evaluation_project.copies(cases)
+        context.add_output_metadata(copies_metadata(copies.frame, transform_validity(copies.frame), copies.label_summaries))
+        return copies.frame
 
     @asset(
         **conventions("recorded_runs"),

@@ -3,27 +3,43 @@
 from __future__ import annotations
 
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+import pandas as pd
 from dagster import Config, ConfigurableResource, InitResourceContext
 from pydantic import PrivateAttr
 
+from ..model.cases import load_cases
 from ..model.config import ExecutionConfig, Project
+from ..model.fingerprints import copies_inputs_digest
 from ..project import load_project
 from ..run.sandboxes import Sandboxes
+from ..store.reuse import Copies, derived_copies
+from ..store.tables import case_table
 from .instance import claim_instance
 
 
-# The project a launch in this process loaded just before it executed the run, by run id
-# (`loaded_for_run`): the run's assets use it instead of reading the files once more.
-_LOADED_FOR_RUN: dict[str, Project] = {}
+@dataclass
+class Launched:
+    """What a launch in this process read and checked just before it executed the run: the
+    project, its cases' table and their copies (derived at most once per launch). The tables
+    are handed to the run's assets once each, then let go: the run holds no second copy."""
+
+    project: Project
+    cases: pd.DataFrame | None = None
+    copies: Copies | None = None
+
+
+# By run id (`loaded_for_run`): the run's assets use it instead of reading the files again.
+_LOADED_FOR_RUN: dict[str, Launched] = {}
 
 
 @contextmanager
-def loaded_for_run(run_id: str, project: Project) -> Iterator[None]:
-    """While the run executes in this process, its assets share the launch's `project`."""
-    _LOADED_FOR_RUN[run_id] = project
+def loaded_for_run(run_id: str, launched: Launched) -> Iterator[None]:
+    """While the run executes in this process, its assets share what the launch read."""
+    _LOADED_FOR_RUN[run_id] = launched
     try:
         yield
     finally:
@@ -33,14 +49,17 @@ def loaded_for_run(run_id: str, project: Project) -> Iterator[None]:
 class EvaluationProject(ConfigurableResource):
     """The evaluation project folder, loaded once per run and shared by its assets; the next
     run reads it afresh, so an edited file is seen and a bad one fails that run readably. A run
-    launched in this process (`run_evaluation`) shares the project its launch just loaded."""
+    launched in this process (`run_evaluation`) shares the project, cases and copies its launch
+    just read."""
 
     root: str
+    _launched: Launched | None = PrivateAttr(default=None)
     _project: Project | None = PrivateAttr(default=None)
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
         # A new run reads the files again, unless its launch here has just read them.
-        self._project = _LOADED_FOR_RUN.get(context.run.run_id) if context.run is not None else None
+        self._launched = _LOADED_FOR_RUN.get(context.run.run_id) if context.run is not None else None
+        self._project = self._launched.project if self._launched is not None else None
         if context.instance is not None:
             claim_instance(Path(self.root), context.instance)  # never record into another's history
 
@@ -48,6 +67,23 @@ class EvaluationProject(ConfigurableResource):
         if self._project is None:
             self._project = load_project(self.root)
         return self._project
+
+    def case_table(self) -> pd.DataFrame:
+        """The cases' table: the launch's, else read from the files now."""
+        if self._launched is not None and self._launched.cases is not None:
+            cases, self._launched.cases = self._launched.cases, None
+            return cases
+        return case_table(load_cases(self.load()))
+
+    def copies(self, cases: pd.DataFrame) -> Copies:
+        """The copies of `cases`: the launch's when made from these very cases, else reused or
+        derived now (`derived_copies`)."""
+        launched = None
+        if self._launched is not None:
+            launched, self._launched.copies = self._launched.copies, None
+        if launched is not None and launched.inputs_digest == copies_inputs_digest(self.load(), cases):
+            return launched
+        return derived_copies(self.load(), cases)
 
 
 class RecordingConfig(Config):

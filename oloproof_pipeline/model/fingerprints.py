@@ -29,15 +29,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any, Iterable, Iterator
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from .. import __version__
 from .cases import dataset_files
 from .config import PROJECT_FILE, Project
 from .digests import canonical_json, digest
 from .errors import ProjectError
+
+if TYPE_CHECKING:  # pandas is imported where a frame is hashed: the worker processes never do
+    import pandas as pd
 
 SYSTEM_CODE_TAG = "system_code/v1"
 EVALUATOR_TAG = "evaluator/v1"
@@ -394,11 +395,13 @@ def frame_digest(tag: str, frame: pd.DataFrame | None, extra: Any = None, *, pro
     code = pipeline_code_version() if producer is None else producer_code_version(producer)
     hashed = hashlib.sha256((tag + "\x00" + canonical_json({"extra": extra, "pipeline": code})).encode("utf-8"))
     if frame is not None:
+        from pandas.util import hash_pandas_object  # only a process holding a frame has pandas
+
         hashed.update(canonical_json([str(column) for column in frame.columns]).encode("utf-8"))
         hashed.update(str(len(frame)).encode("utf-8"))
         for column in frame.columns:  # a column and a slice of rows at a time: no copy of the table
             values = frame[column]
             for start in range(0, len(values), HASHED_ROWS):
                 part = values.iloc[start : start + HASHED_ROWS]
-                hashed.update(pd.util.hash_pandas_object(part, index=False).to_numpy().tobytes())
+                hashed.update(hash_pandas_object(part, index=False).to_numpy().tobytes())
     return "sha256:" + hashed.hexdigest()

@@ -11,6 +11,7 @@ Clopper-Pearson lower bound of kept/pairs reaches its `minimum_validity`.
 from __future__ import annotations
 
 import copy
+import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -154,6 +155,11 @@ def derive_copy(
         snapshot = None  # the copy's world is no longer the named snapshot's content
     else:
         derived_input = transformed_input(transform, source.input)
+    # The copy owns its data (nothing it holds is the source's): one pickle round trip copies
+    # the five parts several times faster than `copy.deepcopy` (JSON data only, so the same).
+    owned_input, owned_state, expected, metadata, events = pickle.loads(pickle.dumps(
+        (derived_input, derived_state, source.expected, source.metadata, source.events), pickle.HIGHEST_PROTOCOL
+    ))
     return DerivedCaseRecord(
         case_id=copy_id(source.case_id, transform.name),
         # A copy sits in its source's cluster, and the cluster enters its digest.
@@ -168,12 +174,12 @@ def derive_copy(
         source_id=source.case_id,
         transform=transform.name,
         group_id=source.group_id,
-        input=copy.deepcopy(derived_input),
-        initial_state=copy.deepcopy(derived_state),
+        input=owned_input,
+        initial_state=owned_state,
         snapshot=snapshot,
-        expected=copy.deepcopy(source.expected),
-        metadata=copy.deepcopy(source.metadata),
-        events=copy.deepcopy(source.events),
+        expected=expected,
+        metadata=metadata,
+        events=events,
         file=source.file,
         line=source.line,
         transform_digest=the_transform_digest,

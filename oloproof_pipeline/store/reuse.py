@@ -10,7 +10,10 @@ from pathlib import Path
 import pandas as pd
 
 from ..model.config import Project
+from ..model.fingerprints import copies_inputs_digest
+from ..model.transforms import LabelSummary, derive_cases
 from .stored import StoredTable
+from .tables import cases_from_table, derived_case_table
 
 # The per-version tables the stages read back from storage (by column, see `StoredTable`).
 PER_VERSION_TABLES = ("recorded_runs", "fault_replays", "verdicts", "slices", "gate", "trial_runs", "trial_verdicts")
@@ -45,6 +48,27 @@ def reuse_if_digest(stored: pd.DataFrame | None, inputs_digest: str) -> pd.DataF
     if stored is None or "inputs_digest" not in stored.columns or len(stored) == 0:
         return None
     return stored if (stored["inputs_digest"] == inputs_digest).all() else None
+
+
+@dataclass(frozen=True)
+class Copies:
+    """The cases' metamorphic copies as a table, the digest of what they were made from, and
+    the labels' summaries when they were derived now (None: the stored table was reused)."""
+
+    frame: pd.DataFrame
+    inputs_digest: str
+    label_summaries: list[LabelSummary] | None = None
+
+
+def derived_copies(project: Project, cases: pd.DataFrame) -> Copies:
+    """The copies of `cases` (the sources' table): the stored ones when made from these
+    inputs, else derived now (a bad transform or label file raises its `ProjectError`)."""
+    inputs_digest = copies_inputs_digest(project, cases)
+    frame = reuse_if_digest(previous_at(project.root, "derived_cases", "copies derived"), inputs_digest)
+    if frame is not None:
+        return Copies(frame, inputs_digest)
+    derived = derive_cases(project, cases_from_table(cases))
+    return Copies(derived_case_table(derived.copies, inputs_digest=inputs_digest), inputs_digest, derived.label_summaries)
 
 
 @dataclass(frozen=True)
