@@ -8,10 +8,9 @@ from typing import Any, Iterator
 
 from dagster import AssetCheckResult, AssetCheckSeverity, AssetCheckSpec, AssetKey, MetadataValue, PartitionsDefinition
 
-from ..decide.formatting import format_interval, format_rate
+from ..decide.formatting import RULE_COLUMNS, rule_cells
 from ..model.config import Project, dagster_name
 from ..model.outcomes import BLOCKING_ORDER, PASS
-from ..read.wording import METHOD_NAMES
 
 RULE_CHECK_PREFIX = "rule_"
 
@@ -19,11 +18,6 @@ RULE_CHECK_PREFIX = "rule_"
 def rule_check_name(rule_id: str) -> str:
     """A rule's check; check names take only Dagster's name characters."""
     return f"{RULE_CHECK_PREFIX}{dagster_name(rule_id)}"
-
-
-def bar_text(kind: str, bar: float) -> str:
-    """`min 0.7`, as release.yaml writes the bar."""
-    return f"{kind} {bar:g}"
 
 
 def rule_check_specs(project: Project, gate: AssetKey, versions: PartitionsDefinition) -> list[AssetCheckSpec]:
@@ -38,23 +32,17 @@ def rule_check_specs(project: Project, gate: AssetKey, versions: PartitionsDefin
 
 
 def rule_check_metadata(rule: dict[str, Any]) -> dict[str, MetadataValue]:
-    """A gate row in the CLI's words. Only the rate is a number: the check's Plots view charts
-    every number on its own, and a count that rarely moves (missing, excluded) makes a flat,
-    auto-scaled chart that reads as a trend."""
-    judged = (rule["passed"] or 0) + (rule["failed"] or 0)
+    """A gate row in the CLI's words (decide/formatting's `rule_cells`). Only the rate is a
+    number: the check's Plots view charts every number on its own, and a count that rarely
+    moves (missing, excluded) makes a flat, auto-scaled chart that reads as a trend. Reasons
+    are text, shown in place (Markdown would hide behind "[Show Markdown]")."""
+    cells = rule_cells(rule)
     rate = rule["estimate"]
-    return {
-        "decision": MetadataValue.text(rule["decision"]),
-        "rate": MetadataValue.float(round(float(rate), 3)) if rate is not None else MetadataValue.text(format_rate(rate)),
-        "interval": MetadataValue.text(format_interval(rule["lower"], rule["upper"])),
-        "bar": MetadataValue.text(bar_text(rule["bar_kind"], rule["bar"])),
-        "passed/judged": MetadataValue.text(f"{rule['passed'] or 0}/{judged}"),
-        "missing": MetadataValue.text(str(int(rule["missing"] or 0))),
-        "excluded": MetadataValue.text(str(int(rule["excluded"] or 0))),
-        "method": MetadataValue.text(METHOD_NAMES.get(rule["method"], rule["method"] or "")),
-        # Text, shown in place (Markdown would hide behind "[Show Markdown]").
-        "reasons": MetadataValue.text("; ".join(rule["reasons"] or []) or "none"),
-    }
+    metadata = {name: MetadataValue.text(str(cells[name])) for name in RULE_COLUMNS if name != "rule / metric"}
+    if rate is not None:
+        metadata["rate"] = MetadataValue.float(round(float(rate), 3))
+    metadata["reasons"] = MetadataValue.text(cells["reasons"] or "none")
+    return metadata
 
 
 def rule_check_results(specs: list[AssetCheckSpec], rules: list[dict[str, Any]]) -> Iterator[AssetCheckResult]:

@@ -9,7 +9,6 @@ materialization already links the run that made it, and the IO manager adds the 
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -17,7 +16,7 @@ from dagster import MetadataValue, TableColumn, TableRecord, TableSchema
 
 from ..decide.gate import GateDecision
 from ..model.outcomes import ALLOW, BLOCKING_ORDER, OUTCOMES, PASS
-from ..read.reports import rule_cells
+from ..decide.formatting import rule_cells
 
 # The gate's decision on the run that made it, so the runs list tells ALLOW from BLOCK.
 GATE_TAG = "oloproof/gate"
@@ -58,7 +57,7 @@ def _summary_item(cells: dict[str, Any], detail: int) -> str:
     rule = cells["rule / metric"].split(" / ", 1)[0]
     lines = [f"**{cells['decision']}** {rule}"]
     if detail >= 1:
-        lines.append(f"rate {cells['rate']}, interval {cells['interval']}")
+        lines.append(f"rate {cells['rate']}, interval {cells['interval']} {cells['method']}")
     if detail >= 2:
         lines.append(f"passed/judged {cells['passed/judged']}")
         lines += [reason for reason in cells["reasons"].split("; ") if reason]
