@@ -15,7 +15,7 @@ from ..model.fingerprints import run_inputs_digest
 from ..model.outcomes import EXIT_ALLOW, EXIT_CASES_FLAGGED, EXIT_MEANINGS, PASSES_WHEN_NOTHING_IS_DONE
 from ..project import load_project
 from ..store.layout import read_table
-from ..store.stamps import forget_run_stamp, unchanged_since, write_run_stamp
+from ..store.stamps import unchanged_since, write_run_stamp
 from .launching import failed_launch_exit_code, instance_writes
 from .options import PROJECT_OPTION, CommandFailed
 from .render import Folded, compact_table, console, say
@@ -51,7 +51,6 @@ def certify(
     from ..defs.launch import run_certification  # Dagster, imported while the fork server starts
     from .run import dagster_dev_command  # Dagster, as above
 
-    forget_run_stamp(root, CERTIFICATION_STAMP)
     with instance_writes(project):
         certification = run_certification(project, log_level="INFO" if verbose else "CRITICAL")
     if certification.errors:

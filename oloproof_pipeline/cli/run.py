@@ -18,7 +18,7 @@ from ..model.outcomes import EXIT_MEANINGS
 from ..project import load_project
 from ..read.document import RunSummary, failed_run_document, run_document
 from ..store.layout import stored_partitions
-from ..store.stamps import RunStamp, forget_run_stamp, unchanged_since, write_run_stamp
+from ..store.stamps import RunStamp, unchanged_since, write_run_stamp
 from .gate import exit_with_document, gate_json, show_flagged_buckets, show_gate
 from .launching import failed_launch_exit_code, instance_writes, journal_progress, stdout_to_stderr
 from .options import JSON_OPTION, PROJECT_OPTION, RUN_VERSION_OPTION, SET_OPTION, CommandFailed, run_settings
@@ -69,7 +69,6 @@ def run(
     system = resolve_system(evaluated)  # imports the system only when no version is declared
     if declared is None and shown_unchanged(system.version):
         return
-    forget_run_stamp(root, system.version)
     first_of_version = system.version not in stored_partitions(root, "recorded_runs")
     from ..defs.launch import run_evaluation  # Dagster: only now that a run is launched
 

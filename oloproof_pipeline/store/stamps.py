@@ -101,14 +101,9 @@ def unchanged_since(project_root: Path, *, version: str, ungated: bool, inputs_d
         str(Path(project_root).resolve()), version, ungated, inputs_digest, os.environ.get("DAGSTER_HOME")
     ):
         return None
+    # A launch never deletes the stamp: it holds only while every file the pipeline keeps is as
+    # that run left it, so a run that writes anything (a killed one too) voids it here, and a
+    # launch refused before it writes (a foreign $DAGSTER_HOME) leaves it standing.
     if stamp.outputs != stored_outputs(project_root) or found_changes(stamp.code_files, Path(project_root)):
         return None
     return stamp
-
-
-def forget_run_stamp(project_root: Path, version: str) -> None:
-    """A run is about to launch: the last stamp is kept. It holds only while every file the
-    pipeline keeps is exactly as that run left it, so a run that writes anything (a killed one
-    too) voids it by writing; a launch refused before it writes (a `$DAGSTER_HOME` that is not
-    the project's instance) must leave it standing, or switching back would launch a run."""
-    return None
