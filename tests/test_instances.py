@@ -4,11 +4,14 @@ into an instance kept inside another project's folder."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
 import pytest
 from dagster import (
+    AssetKey,
+    DagsterEventType,
     DagsterInstance,
     RunRequest,
     SkipReason,
@@ -17,7 +20,7 @@ from dagster import (
 )
 
 from oloproof_pipeline.defs import EVALUATE_JOB, build_definitions, versions_partitions
-from oloproof_pipeline.defs.instance import ensure_home, project_location, workspace_home
+from oloproof_pipeline.defs.instance import ensure_home, headless_overrides, project_location, workspace_home
 from oloproof_pipeline.project import load_project
 
 from conftest import write_project
@@ -127,3 +130,38 @@ def test_a_projects_history_is_never_split_over_two_instances(workspace, tmp_pat
         assert isinstance(schedule(build_schedule_context(instance=instance)), RunRequest)
     again = oloproof_run(first, None, "--launch")  # no DAGSTER_HOME: the pinned home
     assert again.returncode == 0 and len(runs_of(folder / ".oloproof" / "dagster_home")) == 2
+
+
+def test_what_the_cli_stores_dagster_dev_reads_and_the_cli_leaves_no_database_open(evaluated_example):
+    """The CLI's instance keeps its event-log connections open for the run and captures no
+    step output to files (defs/instance.headless_overrides); the files are Dagster's own, so the
+    instance `dagster dev` opens on the same home reads the run whole, and the run's database
+    is closed cleanly (no write-ahead log left behind)."""
+    root, ran = evaluated_example
+    run_id = json.loads(ran.stdout)["run_id"]
+    home = root / ".oloproof" / "dagster_home"
+    with DagsterInstance.from_config(str(home)) as instance:  # as `dagster dev` opens it
+        assert type(instance.compute_log_manager).__name__ == "LocalComputeLogManager"
+        assert instance.get_run_by_id(run_id).is_success
+        materialized = {
+            entry.asset_materialization.asset_key.path[-1]
+            for entry in instance.all_logs(run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION)
+        }
+        assert {"cases", "recorded_runs", "verdicts", "gate"} <= materialized
+        assert instance.get_latest_materialization_event(AssetKey(["refund_desk", "gate"])).run_id == run_id
+    runs_folder = home / "history" / "runs"
+    assert (runs_folder / f"{run_id}.db").is_file()
+    assert not (runs_folder / f"{run_id}.db-wal").exists()
+
+
+def test_the_cli_changes_dagsters_storage_only_where_dagster_yaml_leaves_it_to_the_defaults(tmp_path):
+    default_home = ensure_home(tmp_path / "default")
+    assert set(headless_overrides(default_home)) == {"event_log_storage", "compute_logs"}
+    configured = tmp_path / "configured"
+    configured.mkdir()
+    (configured / "dagster.yaml").write_text(
+        "storage:\n  sqlite:\n    base_dir: /somewhere\ncompute_logs:\n"
+        "  module: dagster._core.storage.local_compute_log_manager\n  class: LocalComputeLogManager\n"
+        "  config:\n    base_dir: /somewhere/logs\n"
+    )
+    assert headless_overrides(configured) == {}

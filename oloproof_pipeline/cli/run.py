@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
@@ -23,6 +23,9 @@ from .gate import exit_with_document, gate_json, show_flagged_buckets, show_gate
 from .launching import failed_launch_exit_code, instance_writes, journal_progress, stdout_to_stderr
 from .options import JSON_OPTION, PROJECT_OPTION, RUN_VERSION_OPTION, SET_OPTION, CommandFailed, run_settings
 from .render import print_json, say, say_lines
+
+if TYPE_CHECKING:  # Dagster is imported only once a launch is certain
+    from ..defs.launch import EvaluationRun
 
 
 def run(
@@ -78,7 +81,7 @@ def run(
                 project, fresh=fresh, ungated=ungated, log_level="INFO" if verbose else "CRITICAL", system=system,
                 settings=settings,
             )
-    summary = run_summary(root, evaluation.version, evaluation.run_id, first_of_version=first_of_version)
+    summary = run_summary(root, evaluation, first_of_version=first_of_version)
     if not evaluation.errors and summary.complete():
         write_run_stamp(root, version=evaluation.version, ungated=ungated, inputs_digest=inputs_digest,
                         run_id=evaluation.run_id, dagster_dev=summary.dagster_dev)
@@ -117,19 +120,10 @@ def show_unchanged_run(project_root: Path, stamp: RunStamp, *, as_json: bool) ->
     show_gate(project_root, stamp.version, ungated=stamp.ungated)
 
 
-def run_summary(project_root: Path, version: str, run_id: str, *, first_of_version: bool = False) -> RunSummary:
-    """What the run did, from the metadata of its materializations in the instance."""
-    from dagster import DagsterEventType  # Dagster: only a launch needs it (imported by then)
-
-    from ..defs.instance import project_instance  # Dagster, as above
-
-    metadata: dict[str, dict[str, Any]] = {}
-    for entry in project_instance(project_root).all_logs(run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION):
-        materialization = entry.asset_materialization
-        if materialization is not None:
-            metadata[materialization.asset_key.path[-1]] = {key: value.value for key, value in materialization.metadata.items()}
-    return RunSummary(project_root, version, metadata, dagster_dev=dagster_dev_command(project_root),
-                      first_of_version=first_of_version)
+def run_summary(project_root: Path, evaluation: EvaluationRun, *, first_of_version: bool = False) -> RunSummary:
+    """What the run did, from the metadata of its materializations."""
+    return RunSummary(project_root, evaluation.version, evaluation.materialized,
+                      dagster_dev=dagster_dev_command(project_root), first_of_version=first_of_version)
 
 
 def dagster_dev_command(project_root: Path) -> str:

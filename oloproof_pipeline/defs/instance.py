@@ -19,13 +19,16 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
 from dagster import DagsterInstance
+from dagster._core.instance.ref import InstanceRef
 from dagster._core.remote_origin import CodeLocationOrigin
 from dagster._core.workspace.load import location_origin_from_python_file, location_origins_from_yaml_paths
 
 from ..model.errors import ProjectError
 from ..store.journal import file_lock
 from ..store.layout import dagster_home, instance_pin_path
+from .event_storage import KeptOpenSqliteEventLogStorage
 
 DAGSTER_YAML = """\
 # Written by oloproof. Runs started by the CLI, `dagster dev` and the schedule share this home.
@@ -175,10 +178,39 @@ def project_instance(project_root: Path) -> DagsterInstance:
     CLI twice, or the CLI and `dagster dev`) would otherwise both create the same tables."""
     home = ensure_home(instance_home(project_root))
     with file_lock(home / ".oloproof-instance.lock"):
-        instance = DagsterInstance.from_config(str(home))
+        overrides = headless_overrides(home)
+        instance = DagsterInstance.from_ref(InstanceRef.from_dir(str(home), overrides=overrides or None))
         instance.get_runs(limit=1)  # touches every storage, so each creates its schema now
         instance.get_dynamic_partitions("oloproof_schema_check")
     return instance
+
+
+# The keys of dagster.yaml that choose where runs and events are stored.
+STORAGE_KEYS = ("storage", "run_storage", "event_log_storage", "schedule_storage")
+
+
+def headless_overrides(home: Path) -> dict:
+    """How this process's instance differs from the one `dagster dev` opens on the same home,
+    where dagster.yaml leaves the choice to Dagster's defaults:
+    - the SQLite event log keeps its connections open for the run (defs/event_storage.py):
+      the same files, about a tenth of a small run saved;
+    - the steps' stdout and stderr are not captured to files: the run's steps report through
+      Dagster's log, and capturing started four processes (two `tail`s and their watchers)
+      per run, whose own tracebacks cluttered an interrupted run."""
+    config = yaml.safe_load((home / "dagster.yaml").read_text(encoding="utf-8")) or {}
+    overrides: dict = {}
+    if not any(key in config for key in STORAGE_KEYS):
+        overrides["event_log_storage"] = {
+            "module": KeptOpenSqliteEventLogStorage.__module__,
+            "class": KeptOpenSqliteEventLogStorage.__name__,
+            "config": {"base_dir": str(home / "history" / "runs")},
+        }
+    if "compute_logs" not in config:
+        overrides["compute_logs"] = {
+            "module": "dagster._core.storage.noop_compute_log_manager",
+            "class": "NoOpComputeLogManager",
+        }
+    return overrides
 
 
 def instance_lock(instance: DagsterInstance):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import gc
 import re
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,6 +51,9 @@ class EvaluationRun:
     # e.g. a callable that is no class, met by the worker that first imports it): exit 2, as
     # when it is found before the launch, not 5.
     configuration_error: bool = False
+    # Each asset's materialization metadata, by asset name: what the run did, as the summary
+    # reads it (taken from the run's own events, so nothing asks the instance again).
+    materialized: dict[str, dict] = field(default_factory=dict)
 
 
 # The class names of a project's configuration errors, as Dagster records a step's exception.
@@ -94,16 +97,22 @@ def run_evaluation(
     launched = validated_cases(project)
     if system is None:
         system = resolve_system(project)
-    instance = instance or project_instance(project.root)
-    claim_instance(project.root, instance)
-    definitions = build_definitions(project)
-    ensure_version_partition(instance, versions_partitions(project).name, system.version)
     run_config = {"ops": {recording_op_name(project.dagster_name): {"config": {"fresh": fresh}}}}
     tags = {PARTITION_NAME_TAG: system.version, SYSTEM_TAG: system.as_tag(), LAUNCHED_BY_TAG: "oloproof run"}
     if settings:
         tags[SETTINGS_TAG] = " ".join(settings)
-    return launch_job(launched, instance, definitions.resolve_job_def(EVALUATE_JOB), system.version,
-                      run_config=run_config, tags=tags, log_level=log_level)
+    with opened_instance(project, instance) as instance:
+        claim_instance(project.root, instance)
+        definitions = build_definitions(project)
+        ensure_version_partition(instance, versions_partitions(project).name, system.version)
+        return launch_job(launched, instance, definitions.resolve_job_def(EVALUATE_JOB), system.version,
+                          run_config=run_config, tags=tags, log_level=log_level)
+
+
+def opened_instance(project: Project, instance: DagsterInstance | None):
+    """The caller's instance as it is, or the project's, opened for this launch and closed
+    after it (its event log's connections with it)."""
+    return nullcontext(instance) if instance is not None else project_instance(project.root)
 
 
 def launch_job(
@@ -126,7 +135,18 @@ def launch_job(
     return EvaluationRun(
         run_id=result.run_id, version=version, success=result.success, errors=[text for text, _ in failures],
         configuration_error=bool(failures) and all(configuration for _, configuration in failures),
+        materialized=materialized_metadata(result),
     )
+
+
+def materialized_metadata(result) -> dict[str, dict]:
+    """Each materialized asset's metadata values, by the asset's name."""
+    metadata = {}
+    for event in result.all_events:
+        if event.event_type == DagsterEventType.ASSET_MATERIALIZATION:
+            materialization = event.step_materialization_data.materialization
+            metadata[materialization.asset_key.path[-1]] = {key: value.value for key, value in materialization.metadata.items()}
+    return metadata
 
 
 @contextmanager
@@ -192,8 +212,8 @@ def run_certification(
     instance, as `oloproof certify` does. Certification is of the cases, under no version."""
     project = load_project(project_root)
     launched = validated_cases(project)
-    instance = instance or project_instance(project.root)
-    claim_instance(project.root, instance)
-    job = build_definitions(project).resolve_job_def(CERTIFY_JOB)
-    return launch_job(launched, instance, job, CERTIFICATION_RUN, run_config={},
-                      tags={LAUNCHED_BY_TAG: "oloproof certify"}, log_level=log_level)
+    with opened_instance(project, instance) as instance:
+        claim_instance(project.root, instance)
+        job = build_definitions(project).resolve_job_def(CERTIFY_JOB)
+        return launch_job(launched, instance, job, CERTIFICATION_RUN, run_config={},
+                          tags={LAUNCHED_BY_TAG: "oloproof certify"}, log_level=log_level)
