@@ -5,6 +5,7 @@ into an instance kept inside another project's folder."""
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 from pathlib import Path
 
@@ -19,7 +20,10 @@ from dagster import (
     build_sensor_context,
 )
 
+from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
+
 from oloproof_pipeline.defs import EVALUATE_JOB, build_definitions, versions_partitions
+from oloproof_pipeline.defs.event_storage import KeptOpenSqliteEventLogStorage
 from oloproof_pipeline.defs.instance import ensure_home, headless_overrides, project_location, workspace_home
 from oloproof_pipeline.project import load_project
 
@@ -165,3 +169,28 @@ def test_the_cli_changes_dagsters_storage_only_where_dagster_yaml_leaves_it_to_t
         "  config:\n    base_dir: /somewhere/logs\n"
     )
     assert headless_overrides(configured) == {}
+
+
+def test_a_runs_event_database_started_from_the_kept_empty_one_is_the_database_dagster_makes(tmp_path):
+    """A new run's database is copied from an empty one Dagster made (defs/event_storage.py),
+    so it must be what Dagster's own storage makes: the same tables, indexes and migration stamp."""
+    ours = KeptOpenSqliteEventLogStorage(str(tmp_path / "ours" / "history" / "runs"))
+    dagsters = SqliteEventLogStorage(str(tmp_path / "dagsters" / "history" / "runs"))
+    for storage in (ours, dagsters):
+        for run_id in ("run-a", "run-b"):
+            with storage.run_connection(run_id):
+                pass
+    ours.dispose()
+
+    def schema(path: Path) -> list:
+        with sqlite3.connect(path) as connection:
+            return [
+                connection.execute("SELECT type, name, sql FROM sqlite_master ORDER BY name").fetchall(),
+                connection.execute("SELECT version_num FROM alembic_version").fetchall(),
+                connection.execute("PRAGMA journal_mode").fetchall(),
+            ]
+
+    for run_id in ("run-a", "run-b"):
+        assert schema(tmp_path / "ours" / "history" / "runs" / f"{run_id}.db") == \
+            schema(tmp_path / "dagsters" / "history" / "runs" / f"{run_id}.db")
+    assert sorted(ours.get_all_run_ids()) == ["run-a", "run-b"]  # the kept empty one is not taken for a run

@@ -1,24 +1,30 @@
-"""Dagster's SQLite event log as the CLI's runs write it: the same files and tables, with the
-database connections kept open for the run.
+"""Dagster's SQLite event log as the CLI's runs write it: the same files and tables, made and
+opened for less.
 
 Dagster's own SQLite event log opens a new engine for every read and write and closes it
-after, and closing the last connection to a WAL database checkpoints it: a run of the small
-example stores about a hundred events and reads as many, so that was about a tenth of the run.
+after (closing the last connection to a WAL database checkpoints it), and a run's new
+database reads all of Dagster's migration scripts twice, checked then stamped: a run of the
+small example stores about a hundred events and reads as many, so that was a tenth of it.
 This storage keeps one engine per database (the run's own and the cross-run index), a few at
-most, does not read Dagster's migration scripts to find a database already stamped, and is
-otherwise Dagster's; `dagster dev` reads and writes the same files with its own.
+most; starts a run's database as a copy of an empty one Dagster made; reads no migration
+script to learn that a database is already stamped; and is otherwise Dagster's. `dagster dev`
+reads and writes the same files with its own.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections import OrderedDict
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Iterator
 
 from alembic.runtime.migration import MigrationContext
-from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
+from dagster._core.storage.event_log.sqlite.sqlite_event_log import INDEX_SHARD_NAME, SqliteEventLogStorage
 from dagster._core.storage.sql import create_engine
 from dagster._core.storage.sqlite import SQLITE_BUSY_TIMEOUT_SECONDS
+from dagster.version import __version__ as dagster_version
 from sqlalchemy.engine import Connection, Engine
 
 # Engines kept open: a run touches its own database and the index; a long-lived process
@@ -47,6 +53,8 @@ class KeptOpenSqliteEventLogStorage(SqliteEventLogStorage):
     def _engine(self, shard: str) -> Engine:
         engine = self._engines.pop(shard, None)
         if engine is None:
+            if shard != INDEX_SHARD_NAME and shard not in self._initialized_dbs:
+                self._start_run_database(Path(self.path_for_shard(shard)))
             engine = create_engine(self.conn_string_for_shard(shard), connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS})
             if shard not in self._initialized_dbs:
                 self._initdb(engine)
@@ -55,6 +63,32 @@ class KeptOpenSqliteEventLogStorage(SqliteEventLogStorage):
         while len(self._engines) > KEPT_ENGINES:
             self._engines.popitem(last=False)[1].dispose()
         return engine
+
+    def _start_run_database(self, path: Path) -> None:
+        """A new run's database as a copy of an empty one Dagster made (tables, write-ahead log,
+        migration stamp), kept beside the run databases per Dagster version: making one reads
+        all of Dagster's migration scripts twice, on every run."""
+        if path.exists():
+            return
+        template = self._empty_run_database()
+        partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
+        shutil.copyfile(template, partial)
+        try:
+            os.link(partial, path)  # never over a database another process started meanwhile
+        except FileExistsError:
+            pass
+        finally:
+            partial.unlink()
+
+    def _empty_run_database(self) -> Path:
+        template = Path(self._base_dir).parent / f".oloproof-empty-run-{dagster_version}.db"
+        if not template.exists():
+            partial = template.with_name(f"{template.name}.{os.getpid()}.partial")
+            engine = create_engine(f"sqlite:///{partial}", connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS})
+            super()._initdb(engine)
+            engine.dispose()
+            os.replace(partial, template)
+        return template
 
     def _initdb(self, engine: Engine, for_index_shard: bool = False) -> None:
         """Dagster's, without reading its migration scripts for a database already stamped with
