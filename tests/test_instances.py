@@ -21,10 +21,11 @@ from dagster import (
 )
 
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
+from dagster.version import __version__ as dagster_version
 
 from oloproof_pipeline.defs import EVALUATE_JOB, build_definitions, versions_partitions
 from oloproof_pipeline.defs.event_storage import KeptOpenSqliteEventLogStorage
-from oloproof_pipeline.defs.instance import ensure_home, headless_overrides, project_location, workspace_home
+from oloproof_pipeline.defs.instance import ensure_home, headless_overrides, project_instance, project_location, workspace_home
 from oloproof_pipeline.project import load_project
 
 from conftest import write_project
@@ -56,6 +57,16 @@ def oloproof_run(root: Path, dagster_home: Path | None = None, *options: str) ->
 def runs_of(home: Path) -> list:
     with DagsterInstance.from_config(str(home)) as instance:
         return list(instance.get_runs())
+
+
+def sqlite_schema(path: Path) -> list:
+    """A Dagster SQLite file's tables and indexes, migration stamp and journal mode."""
+    with sqlite3.connect(path) as connection:
+        return [
+            connection.execute("SELECT type, name, sql FROM sqlite_master ORDER BY name").fetchall(),
+            connection.execute("SELECT version_num FROM alembic_version").fetchall(),
+            connection.execute("PRAGMA journal_mode").fetchall(),
+        ]
 
 
 def automation(root: Path):
@@ -182,15 +193,31 @@ def test_a_runs_event_database_started_from_the_kept_empty_one_is_the_database_d
                 pass
     ours.dispose()
 
-    def schema(path: Path) -> list:
-        with sqlite3.connect(path) as connection:
-            return [
-                connection.execute("SELECT type, name, sql FROM sqlite_master ORDER BY name").fetchall(),
-                connection.execute("SELECT version_num FROM alembic_version").fetchall(),
-                connection.execute("PRAGMA journal_mode").fetchall(),
-            ]
-
     for run_id in ("run-a", "run-b"):
-        assert schema(tmp_path / "ours" / "history" / "runs" / f"{run_id}.db") == \
-            schema(tmp_path / "dagsters" / "history" / "runs" / f"{run_id}.db")
+        assert sqlite_schema(tmp_path / "ours" / "history" / "runs" / f"{run_id}.db") == \
+            sqlite_schema(tmp_path / "dagsters" / "history" / "runs" / f"{run_id}.db")
     assert sorted(ours.get_all_run_ids()) == ["run-a", "run-b"]  # the kept empty one is not taken for a run
+
+
+def test_a_new_home_starts_as_a_copy_of_the_machines_empty_one_and_is_a_home_of_its_own(tmp_path, monkeypatch):
+    """The first home made on a machine leaves an empty one in the user's cache folder; every
+    new home after it starts as a copy of those files, which Dagster opens as its own: the
+    same schema as a home Dagster makes, and an identity of its own."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    first, second = project(tmp_path / "first", "first"), project(tmp_path / "second", "second")
+    identities = []
+    for root in (first, second):
+        with project_instance(root) as instance:
+            identities.append(instance.run_storage.get_run_storage_id())
+    cached = tmp_path / "cache" / "oloproof_pipeline"
+    assert [path.name for path in cached.iterdir()] == [f"empty-dagster-home-{dagster_version}"]
+    assert identities[0] != identities[1]
+
+    made_by_dagster = ensure_home(tmp_path / "dagsters")
+    with DagsterInstance.from_config(str(made_by_dagster)) as instance:
+        instance.get_runs(limit=1)
+    for database in ("history/runs.db", "history/runs/index.db", "schedules/schedules.db"):
+        assert (second / ".oloproof" / "dagster_home" / database).is_file()
+        assert sqlite_schema(second / ".oloproof" / "dagster_home" / database) == sqlite_schema(made_by_dagster / database)
+    with DagsterInstance.from_config(str(second / ".oloproof" / "dagster_home")) as instance:  # as `dagster dev` opens it
+        assert instance.get_runs() == []

@@ -70,7 +70,7 @@ class KeptOpenSqliteEventLogStorage(SqliteEventLogStorage):
         all of Dagster's migration scripts twice, on every run."""
         if path.exists():
             return
-        template = self._empty_run_database()
+        template = self.empty_run_database()
         partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
         shutil.copyfile(template, partial)
         try:
@@ -80,7 +80,7 @@ class KeptOpenSqliteEventLogStorage(SqliteEventLogStorage):
         finally:
             partial.unlink()
 
-    def _empty_run_database(self) -> Path:
+    def empty_run_database(self) -> Path:
         template = Path(self._base_dir).parent / f".oloproof-empty-run-{dagster_version}.db"
         if not template.exists():
             partial = template.with_name(f"{template.name}.{os.getpid()}.partial")

@@ -16,18 +16,21 @@ started in.**
 from __future__ import annotations
 
 import os
+import shutil
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 from dagster import DagsterInstance
+from dagster.version import __version__ as dagster_version
 from dagster._core.instance.ref import InstanceRef
 from dagster._core.remote_origin import CodeLocationOrigin
 from dagster._core.workspace.load import location_origin_from_python_file, location_origins_from_yaml_paths
 
 from ..model.errors import ProjectError
 from ..store.journal import file_lock
-from ..store.layout import dagster_home, instance_pin_path
+from ..store.layout import dagster_home, empty_dagster_home_cache, instance_pin_path
 from .event_storage import KeptOpenSqliteEventLogStorage
 
 DAGSTER_YAML = """\
@@ -179,10 +182,38 @@ def project_instance(project_root: Path) -> DagsterInstance:
     home = ensure_home(instance_home(project_root))
     with file_lock(home / ".oloproof-instance.lock"):
         overrides = headless_overrides(home)
-        instance = DagsterInstance.from_ref(InstanceRef.from_dir(str(home), overrides=overrides or None))
+        if "event_log_storage" in overrides and not (home / "history").exists():
+            shutil.copytree(empty_home(), home, dirs_exist_ok=True)
+        instance = opened(home, overrides)
         instance.get_runs(limit=1)  # touches every storage, so each creates its schema now
         instance.get_dynamic_partitions("oloproof_schema_check")
     return instance
+
+
+def opened(home: Path, overrides: dict) -> DagsterInstance:
+    return DagsterInstance.from_ref(InstanceRef.from_dir(str(home), overrides=overrides or None))
+
+
+def empty_home() -> Path:
+    """An empty Dagster home, made once per machine and Dagster version: a new home made by
+    Dagster reads all its migration scripts six times over (each storage checked, then
+    stamped), a second or more of a newcomer's first run; a copy of the same files does not."""
+    cached = empty_dagster_home_cache(dagster_version)
+    if not cached.is_dir():
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        made = cached.with_name(f"{cached.name}.{os.getpid()}.{uuid.uuid4().hex}")
+        made.mkdir()
+        (made / "dagster.yaml").write_text(DAGSTER_YAML, encoding="utf-8")
+        with opened(made, headless_overrides(made)) as instance:
+            instance.get_runs(limit=1)
+            instance.get_dynamic_partitions("oloproof_schema_check")
+            instance.event_log_storage.empty_run_database()
+        (made / "dagster.yaml").unlink()  # each home keeps its own
+        try:
+            made.rename(cached)
+        except OSError:  # another process made it first
+            shutil.rmtree(made, ignore_errors=True)
+    return cached
 
 
 # The keys of dagster.yaml that choose where runs and events are stored.

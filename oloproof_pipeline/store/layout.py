@@ -6,6 +6,7 @@ by a run is found by `oloproof gate`, by a later incremental run, and by DuckDB 
 
 from __future__ import annotations
 
+import os
 import uuid
 from contextlib import suppress
 from pathlib import Path
@@ -124,6 +125,13 @@ def stored_partitions(project_root: Path, table: str) -> list[str]:
 
 def dagster_home(project_root: Path) -> Path:
     return output_dir(project_root) / "dagster_home"
+
+
+def empty_dagster_home_cache(dagster_version: str) -> Path:
+    """This machine's copy of an empty Dagster home as that Dagster version makes it, which a
+    project's new home starts from (`defs/instance.py`): in the user's cache folder."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "oloproof_pipeline" / f"empty-dagster-home-{dagster_version}"
 
 
 def instance_pin_path(project_root: Path) -> Path:
