@@ -202,6 +202,7 @@ INSTALLED_ROOTS = tuple(
 )
 _imported_digests: dict[Path, str] = {}  # a found module's file -> its digest when first found
 _imported_when: tuple[int, list[Path]] = (-1, [])  # (len(sys.modules), imported_files()) last found
+_imported_names: dict[tuple[Path, Path], str] = {}  # (a found module's file, root) -> its relative_name
 
 
 @cache
@@ -240,7 +241,14 @@ def imported_file_digests(root: Path) -> dict[str, str]:
     for path in found:
         if path not in _imported_digests and path.is_file():
             _imported_digests[path] = file_digest(path)
-    return {relative_name(path, root): _imported_digests[path] for path in found if path in _imported_digests}
+    return {imported_name(path, root): _imported_digests[path] for path in found if path in _imported_digests}
+
+
+def imported_name(path: Path, root: Path) -> str:
+    """`relative_name`, worked out once per file: a worker asks after every case."""
+    if (path, root) not in _imported_names:
+        _imported_names[path, root] = relative_name(path, root)
+    return _imported_names[path, root]
 
 
 def found_changes(found: dict[str, str], root: Path, read: dict[Path, str | None] | None = None) -> list[str]:
