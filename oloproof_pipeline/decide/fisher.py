@@ -16,6 +16,7 @@ steps, never a loop over the whole support or a huge integer.
 
 from __future__ import annotations
 
+import functools
 import math
 from decimal import Decimal, localcontext
 from fractions import Fraction
@@ -33,8 +34,10 @@ _NEGLIGIBLE = 1e-17
 _LN_SQRT_2PI = 0.918938533204672741780329736406
 
 
+@functools.cache
 def _stirling_error_exact(n: int) -> float:
-    """log(n!) - log(sqrt(2 pi n) (n/e)^n), in 40 digits: the series below is not yet accurate."""
+    """log(n!) - log(sqrt(2 pi n) (n/e)^n) in 40 digits, for the n where the series below is not
+    yet accurate (computed on first use, not at import)."""
     with localcontext() as context:
         context.prec = 40
         pi = Decimal("3.141592653589793238462643383279502884197")
@@ -42,12 +45,9 @@ def _stirling_error_exact(n: int) -> float:
         return float(value)
 
 
-_SMALL_STIRLING_ERRORS = [0.0] + [_stirling_error_exact(n) for n in range(1, 16)]
-
-
 def _stirling_error(n: int) -> float:
-    if n < len(_SMALL_STIRLING_ERRORS):
-        return _SMALL_STIRLING_ERRORS[n]
+    if n <= 15:
+        return _stirling_error_exact(n)
     square = float(n) * n
     # 1/12n - 1/360n^3 + 1/1260n^5 - 1/1680n^7 + 1/1188n^9: the next term is below 1e-16 from 16 on.
     return (1 / 12 - (1 / 360 - (1 / 1260 - (1 / 1680 - 1 / 1188 / square) / square) / square) / square) / n
