@@ -55,6 +55,8 @@ from collections import Counter
 import numpy as np
 from scipy import special  # not scipy.optimize: its import adds ~0.13 s to every CLI start
 
+from .roots import monotone_root
+
 EFFECTIVE_CLUSTERS_METHOD = "clopper_pearson_effective_clusters"
 KORN_GRAUBARD_METHOD = "korn_graubard_clopper_pearson"
 
@@ -176,37 +178,12 @@ def _hull_with_all_or_nothing(
     if passes == 0:
         lower = 0.0
     elif at_least(lower) > 0.0:
-        lower = _root(at_least, 0.0, lower)
+        lower = monotone_root(at_least, 0.0, lower)
     if passes == total:
         upper = 1.0
     elif at_most(upper) > 0.0:
-        upper = _root(at_most, upper, 1.0)
+        upper = monotone_root(at_most, upper, 1.0)
     return lower, upper
-
-
-def _root(function, low: float, high: float, tolerance: float = 1e-13) -> float:
-    """The root of a monotone `function` whose signs differ at `low` and `high`, by the
-    Illinois variant of regula falsi (always bracketed, superlinear on smooth tails)."""
-    f_low, f_high = float(function(low)), float(function(high))
-    side = 0
-    while high - low > tolerance:
-        guess = (low * f_high - high * f_low) / (f_high - f_low)
-        if not low < guess < high:
-            guess = (low + high) / 2.0
-        f_guess = float(function(guess))
-        if f_guess == 0.0:
-            return float(guess)
-        if (f_guess > 0.0) == (f_high > 0.0):
-            high, f_high = guess, f_guess
-            if side == -1:
-                f_low /= 2.0  # the same end kept twice: halve it so the next guess moves
-            side = -1
-        else:
-            low, f_low = guess, f_guess
-            if side == 1:
-                f_high /= 2.0
-            side = 1
-    return float((low + high) / 2.0)
 
 
 def _total_passes_distribution(sizes: tuple[tuple[int, int], ...], total: int, rate: float) -> np.ndarray:

@@ -32,7 +32,10 @@ from __future__ import annotations
 import functools
 import math
 
-from scipy import optimize, stats
+from scipy import special  # not scipy.stats nor scipy.optimize: a run names a comparison (the
+# `version_comparison` asset) without computing one, and their imports cost it over a second
+
+from .roots import monotone_root
 
 PAIRED_METHOD = "tango_score"
 
@@ -41,6 +44,8 @@ CONTINUITY_CORRECTION = 0.5
 # Z is clipped here for the root finder, which needs finite values; |Z| this large rejects
 # at any confidence level a float can express.
 _Z_CLIP = 1e6
+# Each bound to within a few units in the last place of a difference in [-1, 1].
+_ROOT_TOLERANCE = 1e-15
 
 
 def paired_difference_interval(
@@ -77,7 +82,7 @@ def paired_difference_interval(
 
 @functools.lru_cache(maxsize=64)
 def _critical_value(confidence: float) -> float:
-    return float(stats.norm.isf((1.0 - confidence) / 2.0))
+    return float(-special.ndtri((1.0 - confidence) / 2.0))  # scipy.stats.norm.isf, the same float
 
 
 # Tango's Z decreases in d (checked over every table up to 50 pairs in the tests), and so does
@@ -90,7 +95,7 @@ def _upper_bound(fixed: int, broken: int, pairs: int, z: float) -> float:
         return 1.0
     estimate = (fixed - broken) / pairs
     crossing = lambda d: max(_corrected_score(fixed, broken, pairs, d), -_Z_CLIP) + z  # noqa: E731
-    return min(float(optimize.brentq(crossing, estimate, 1.0, xtol=1e-15)), 1.0)
+    return min(monotone_root(crossing, estimate, 1.0, tolerance=_ROOT_TOLERANCE), 1.0)
 
 
 def _lower_bound(fixed: int, broken: int, pairs: int, z: float) -> float:
@@ -98,7 +103,7 @@ def _lower_bound(fixed: int, broken: int, pairs: int, z: float) -> float:
         return -1.0
     estimate = (fixed - broken) / pairs
     crossing = lambda d: min(_corrected_score(fixed, broken, pairs, d), _Z_CLIP) - z  # noqa: E731
-    return max(float(optimize.brentq(crossing, -1.0, estimate, xtol=1e-15)), -1.0)
+    return max(monotone_root(crossing, -1.0, estimate, tolerance=_ROOT_TOLERANCE), -1.0)
 
 
 def _corrected_score(fixed: int, broken: int, pairs: int, difference: float) -> float:

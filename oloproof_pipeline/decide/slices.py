@@ -19,7 +19,6 @@ from typing import Any, Iterable
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict
-from scipy import stats
 
 from ..model.outcomes import EXCLUDED, FAIL, MISSING, PASS
 from ..model.cases import CaseRecord
@@ -32,6 +31,7 @@ from ..model.slicing import SliceSpec, parse_slice_spec
 from ..store.reuse import Reuse, stored_if_digest
 from ..store.stored import StoredTable
 from ..store.tables import SLICES_SCHEMA, frame_from_rows, null_to_none, rows_from_frame
+from .fisher import fisher_exact_p_value
 from .formatting import format_rate
 from .statistics import benjamini_yekutieli, exact_rate
 
@@ -142,7 +142,7 @@ def _bucket_order(spec: SliceSpec, found: Iterable[str]) -> list[str]:
 
 def _fisher_p_value(bucket: Counter, rest: Counter) -> float:
     table = [[bucket[PASS], bucket[FAIL]], [rest[PASS], rest[FAIL]]]
-    return float(stats.fisher_exact(table, alternative="two-sided").pvalue)
+    return fisher_exact_p_value(table)
 
 
 def slice_rows(

@@ -13,15 +13,17 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Any
-
-import httpx
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from ..model.config import ChatModelConfig
 from ..model.errors import ProjectError
 from .deadline import check_deadline, remaining_s
 from .ledger import Ledger
 from .limiter import endpoint_limiter
+
+if TYPE_CHECKING:
+    import httpx
 
 # Waits between tries double from `backoff_s`, never beyond this (nor beyond a Retry-After under it).
 MAX_BACKOFF_S = 30.0
@@ -58,6 +60,7 @@ class ChatModel:
         self.config = config
         self.url = config.base_url.rstrip("/") + "/chat/completions"
         self._client = shared_client(api_key, requests_at_once)
+        self._transport_error = _httpx().TransportError  # refused, reset, timed out
         self._limiter = endpoint_limiter(config.base_url, requests_at_once)
         # The run's budget: each request is charged before it is sent (BudgetStop once spent).
         self._ledger = ledger
@@ -78,7 +81,7 @@ class ChatModel:
                     limited_s += waited_s
                     self._charge()
                     response = self._client.post(self.url, json=body, timeout=self._request_timeout())
-            except httpx.TransportError as error:  # refused, reset, timed out
+            except self._transport_error as error:
                 self._settle(None)  # it may have been answered and billed: nothing says what it cost
                 check_deadline()  # a request cut short by the case's deadline is a timeout
                 problem, wait_hint = f"{type(error).__name__}: {error or 'no answer'}", None
@@ -130,15 +133,24 @@ _clients: dict[tuple[str | None, int], httpx.Client] = {}
 _clients_lock = threading.Lock()
 
 
+def _httpx() -> ModuleType:
+    """httpx, imported with the process's first client: a project that asks no model (nor a
+    process that only names this client, as a run's launch does) never pays for its import."""
+    import httpx
+
+    return httpx
+
+
 def shared_client(api_key: str | None, requests_at_once: int) -> httpx.Client:
     """One HTTP client per key in the process, shared by the cases side by side (httpx's
     client is thread-safe; making one costs an SSL context): its connections are not what
     bounds the requests in flight, the limiter is."""
     with _clients_lock:
         if (api_key, requests_at_once) not in _clients:
+            http = _httpx()
             headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-            limits = httpx.Limits(max_connections=None, max_keepalive_connections=requests_at_once)
-            _clients[api_key, requests_at_once] = httpx.Client(headers=headers, limits=limits)
+            limits = http.Limits(max_connections=None, max_keepalive_connections=requests_at_once)
+            _clients[api_key, requests_at_once] = http.Client(headers=headers, limits=limits)
         return _clients[api_key, requests_at_once]
 
 

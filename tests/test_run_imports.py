@@ -1,0 +1,32 @@
+"""What a run imports before it does anything: the launch (`oloproof_pipeline.defs.launch`, which
+`oloproof run` imports) pulls in neither `scipy.stats` nor `scipy.optimize` (the slices use
+decide/fisher.py, a comparison decide/paired.py on `scipy.special`), nor `httpx` (imported with
+the first model client) nor `jsonschema` (with the first json_schema evaluator). Counted in a
+fresh interpreter; `pytest -s` prints how many modules the launch imports in all."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from helpers import REPO, cli_environment
+
+NOT_ON_THE_RUN_PATH = ["scipy.stats", "scipy.optimize", "httpx", "jsonschema"]
+
+
+def modules_after(statement: str) -> set[str]:
+    """The modules loaded in a fresh interpreter once `statement` has run."""
+    script = f"import json, sys\n{statement}\nprint(json.dumps(sorted(sys.modules)))"
+    finished = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, env=cli_environment(), capture_output=True, text=True, check=True
+    )
+    return set(json.loads(finished.stdout))
+
+
+def test_the_launch_imports_no_statistics_nor_model_client_it_does_not_use():
+    bare = modules_after("pass")
+    launch = modules_after("import oloproof_pipeline.defs.launch")
+    print(f"\nimport oloproof_pipeline.defs.launch: {len(launch - bare)} modules beyond a bare interpreter's {len(bare)}")
+    assert "oloproof_pipeline.decide.slices" in launch  # the run's slices are defined, and still cost nothing above
+    assert sorted(set(NOT_ON_THE_RUN_PATH) & launch) == []
