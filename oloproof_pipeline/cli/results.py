@@ -12,6 +12,9 @@ import typer
 from ..model.config import Project
 from ..model.outcomes import EXIT_USAGE
 from ..project import load_project
+from ..read.ci_export import junit_text, previous_version, summary_markdown
+from ..read.compare import compare_versions, interval_text
+from ..read.comparison_view import comparison_view
 from ..read.export import write_jsonl, write_jsonl_to
 from ..read.reports import stored_trial_summaries, write_html_report
 from ..read.results import VersionResults, load_results
@@ -45,8 +48,6 @@ def report(
     loaded, results = stored_results(project, version)
     comparison = None
     if compare is not None:
-        from ..read.comparison_view import comparison_view  # scipy: only a comparison needs it
-
         base = load_results(loaded.root, stored_version(loaded.root, compare, "verdicts", loaded))
         comparison = comparison_view(base, results, loaded.release.confidence_level)
     trials = stored_trial_summaries(loaded, results.version, results.verdict_table)
@@ -93,8 +94,6 @@ def export(
 
 def write_ci_export(loaded: Project, results: VersionResults, format: str, output: Path | None, base: str | None) -> None:
     """JUnit XML or the Markdown summary, from the stored tables only."""
-    from ..read.ci_export import junit_text, previous_version, summary_markdown  # scipy: only these formats need it
-
     if format == "junit":
         text = junit_text(results, loaded.name)
     else:
@@ -134,8 +133,6 @@ def compare(
     project: Path = PROJECT_OPTION,
 ) -> None:
     """Pair the same cases across two versions: per criterion, what got fixed and what broke."""
-    from ..read.compare import compare_versions  # scipy: only `compare` needs it
-
     loaded = load_project(project.resolve())
     for version in (base, candidate):
         stored_version(loaded.root, version, "verdicts")
@@ -172,8 +169,6 @@ class ComparisonTable:
         self.comparisons, self.base, self.candidate, self.confidence = comparisons, base, candidate, confidence
 
     def __rich_console__(self, console, options):
-        from ..read.compare import interval_text  # scipy: only `compare` needs it
-
         def room(columns: tuple[str, ...], change: int) -> bool:
             used = sum(max(len(line) for line in header.split("\n")) + 2 for header in columns) + change + 2
             return options.max_width - used >= self.NAMES
