@@ -24,7 +24,7 @@ from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventL
 from dagster.version import __version__ as dagster_version
 
 from oloproof_pipeline.defs import EVALUATE_JOB, build_definitions, versions_partitions
-from oloproof_pipeline.defs.event_storage import KeptOpenSqliteEventLogStorage
+from oloproof_pipeline.defs.sqlite_storage import KeptOpenSqliteEventLogStorage
 from oloproof_pipeline.defs.instance import ensure_home, headless_overrides, project_instance, project_location, workspace_home
 from oloproof_pipeline.project import load_project
 
@@ -171,7 +171,7 @@ def test_what_the_cli_stores_dagster_dev_reads_and_the_cli_leaves_no_database_op
 
 def test_the_cli_changes_dagsters_storage_only_where_dagster_yaml_leaves_it_to_the_defaults(tmp_path):
     default_home = ensure_home(tmp_path / "default")
-    assert set(headless_overrides(default_home)) == {"event_log_storage", "compute_logs"}
+    assert set(headless_overrides(default_home)) == {"run_storage", "event_log_storage", "schedule_storage", "compute_logs"}
     configured = tmp_path / "configured"
     configured.mkdir()
     (configured / "dagster.yaml").write_text(
@@ -183,7 +183,7 @@ def test_the_cli_changes_dagsters_storage_only_where_dagster_yaml_leaves_it_to_t
 
 
 def test_a_runs_event_database_started_from_the_kept_empty_one_is_the_database_dagster_makes(tmp_path):
-    """A new run's database is copied from an empty one Dagster made (defs/event_storage.py),
+    """A new run's database is copied from an empty one Dagster made (defs/sqlite_storage.py),
     so it must be what Dagster's own storage makes: the same tables, indexes and migration stamp."""
     ours = KeptOpenSqliteEventLogStorage(str(tmp_path / "ours" / "history" / "runs"))
     dagsters = SqliteEventLogStorage(str(tmp_path / "dagsters" / "history" / "runs"))

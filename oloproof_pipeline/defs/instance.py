@@ -31,7 +31,7 @@ from dagster._core.workspace.load import location_origin_from_python_file, locat
 from ..model.errors import ProjectError
 from ..store.journal import file_lock
 from ..store.layout import dagster_home, empty_dagster_home_cache, instance_pin_path
-from .event_storage import KeptOpenSqliteEventLogStorage
+from .sqlite_storage import KeptOpenSqliteEventLogStorage, StampedSqliteRunStorage, StampedSqliteScheduleStorage
 
 DAGSTER_YAML = """\
 # Written by oloproof. Runs started by the CLI, `dagster dev` and the schedule share this home.
@@ -223,19 +223,20 @@ STORAGE_KEYS = ("storage", "run_storage", "event_log_storage", "schedule_storage
 def headless_overrides(home: Path) -> dict:
     """How this process's instance differs from the one `dagster dev` opens on the same home,
     where dagster.yaml leaves the choice to Dagster's defaults:
-    - the SQLite event log keeps its connections open for the run (defs/event_storage.py):
-      the same files, about a tenth of a small run saved;
+    - the SQLite storages are made and opened for less (defs/sqlite_storage.py): the same
+      files, about a fifth of a small run saved;
     - the steps' stdout and stderr are not captured to files: the run's steps report through
       Dagster's log, and capturing started four processes (two `tail`s and their watchers)
       per run, whose own tracebacks cluttered an interrupted run."""
     config = yaml.safe_load((home / "dagster.yaml").read_text(encoding="utf-8")) or {}
     overrides: dict = {}
     if not any(key in config for key in STORAGE_KEYS):
-        overrides["event_log_storage"] = {
-            "module": KeptOpenSqliteEventLogStorage.__module__,
-            "class": KeptOpenSqliteEventLogStorage.__name__,
-            "config": {"base_dir": str(home / "history" / "runs")},
-        }
+        for key, storage, folder in (
+            ("run_storage", StampedSqliteRunStorage, home / "history"),
+            ("event_log_storage", KeptOpenSqliteEventLogStorage, home / "history" / "runs"),
+            ("schedule_storage", StampedSqliteScheduleStorage, home / "schedules"),
+        ):
+            overrides[key] = {"module": storage.__module__, "class": storage.__name__, "config": {"base_dir": str(folder)}}
     if "compute_logs" not in config:
         overrides["compute_logs"] = {
             "module": "dagster._core.storage.noop_compute_log_manager",

@@ -1,30 +1,33 @@
-"""Dagster's SQLite event log as the CLI's runs write it: the same files and tables, made and
+"""Dagster's SQLite storages as the CLI's runs use them: the same files and tables, made and
 opened for less.
 
 Dagster's own SQLite event log opens a new engine for every read and write and closes it
-after (closing the last connection to a WAL database checkpoints it), and a run's new
-database reads all of Dagster's migration scripts twice, checked then stamped: a run of the
-small example stores about a hundred events and reads as many, so that was a tenth of it.
-This storage keeps one engine per database (the run's own and the cross-run index), a few at
-most, synced to disk at checkpoints rather than at each event; starts a run's database as a
-copy of an empty one Dagster made; reads no migration script to learn that a database is
-already stamped; and is otherwise Dagster's. `dagster dev`
-reads and writes the same files with its own.
+after (closing the last connection to a WAL database checkpoints it), syncs every event's
+commit to disk, and makes a run's new database by reading all of Dagster's migration scripts
+twice (checked, then stamped); each of its three storages reads them again whenever an
+instance is opened. A run of the small example stores about a hundred events and reads as
+many: all that was a fifth of it. Here the event log keeps one engine per database (the run's
+own and the cross-run index), a few at most, synced to disk at checkpoints rather than at
+each event, and starts a run's database as a copy of an empty one Dagster made; and no storage
+reads a migration script to learn that its database is already stamped. Otherwise they are
+Dagster's, and `dagster dev` reads and writes the same files with its own.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import sqlite3
 from collections import OrderedDict
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from alembic.runtime.migration import MigrationContext
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import INDEX_SHARD_NAME, SqliteEventLogStorage
 from dagster._core.storage.sql import create_engine
-from dagster._core.storage.sqlite import SQLITE_BUSY_TIMEOUT_SECONDS
+from dagster._core.storage.runs.sqlite.sqlite_run_storage import SqliteRunStorage
+from dagster._core.storage.schedules.sqlite.sqlite_schedule_storage import SqliteScheduleStorage
+from dagster._core.storage.sqlite import SQLITE_BUSY_TIMEOUT_SECONDS, create_db_conn_string
 from dagster.version import __version__ as dagster_version
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
@@ -32,6 +35,39 @@ from sqlalchemy.engine import Connection, Engine
 # Engines kept open: a run touches its own database and the index; a long-lived process
 # reading many runs keeps only the last few open.
 KEPT_ENGINES = 4
+
+
+def stamped(database: Path) -> bool:
+    """A Dagster SQLite file that exists and carries its migration stamp."""
+    if not database.is_file():
+        return False
+    try:
+        with closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as connection:
+            return connection.execute("SELECT version_num FROM alembic_version").fetchone() is not None
+    except sqlite3.Error:  # no stamp table yet, or not a database Dagster made
+        return False
+
+
+class StampedSqliteRunStorage(SqliteRunStorage):
+    """Dagster's SQLite run storage, opened as it is once stamped."""
+
+    @classmethod
+    def from_config_value(cls, inst_data, config_value) -> "StampedSqliteRunStorage":
+        base_dir = config_value["base_dir"]
+        if stamped(Path(base_dir) / "runs.db"):
+            return cls(create_db_conn_string(base_dir, "runs"), inst_data)
+        return cls.from_local(inst_data=inst_data, **config_value)
+
+
+class StampedSqliteScheduleStorage(SqliteScheduleStorage):
+    """Dagster's SQLite schedule storage, opened as it is once stamped."""
+
+    @classmethod
+    def from_config_value(cls, inst_data, config_value) -> "StampedSqliteScheduleStorage":
+        base_dir = config_value["base_dir"]
+        if stamped(Path(base_dir) / "schedules.db"):
+            return cls(create_db_conn_string(base_dir, "schedules"), inst_data)
+        return cls.from_local(inst_data=inst_data, **config_value)
 
 
 def synced_at_checkpoints(connection, _record) -> None:
@@ -101,11 +137,9 @@ class KeptOpenSqliteEventLogStorage(SqliteEventLogStorage):
         return template
 
     def _initdb(self, engine: Engine, for_index_shard: bool = False) -> None:
-        """Dagster's, without reading its migration scripts for a database already stamped with
-        a revision (which Dagster's own check leaves as it is): the index, every run after the first."""
-        with engine.connect() as connection:
-            stamped = MigrationContext.configure(connection).get_current_revision()
-        if not stamped:
+        """Dagster's, for a database not yet stamped (which Dagster's own check leaves as it is
+        once stamped: the index, every run after the first)."""
+        if not stamped(Path(engine.url.database)):
             super()._initdb(engine, for_index_shard=for_index_shard)
 
     def _dispose_engines(self) -> None:
