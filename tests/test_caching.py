@@ -162,7 +162,7 @@ with __import__("pathlib").Path(__file__).with_name("pandas.log").open("a") as _
 """
 
 
-def test_a_launch_derives_the_copies_at_most_once_and_its_workers_import_no_pandas(counted_desk, instance, monkeypatch):
+def test_a_launch_derives_the_copies_at_most_once_and_starts_one_worker_per_stage_that_imports_no_pandas(counted_desk, instance, monkeypatch):
     derived: list[int] = []  # the sources of each derivation of the copies, in this process
     derive = reuse.derive_cases
     monkeypatch.setattr(reuse, "derive_cases", lambda project, sources: derived.append(len(sources)) or derive(project, sources))
@@ -179,6 +179,9 @@ def test_a_launch_derives_the_copies_at_most_once_and_its_workers_import_no_pand
     assert derived == [24, 25]
     imported = (counted_desk / "pandas.log").read_text().split()
     assert imported and set(imported) == {"False"}, imported
+    # One worker, so one import of the system, per stage that runs cases: the recordings' and the
+    # replays' in the first run and in the one with a case added; none in the rerun between.
+    assert len(imported) == 2 + 0 + 2
 
 
 def test_tables_stored_before_cache_keys_are_still_read_and_their_work_done_again(counted_desk, instance):
