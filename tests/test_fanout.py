@@ -1,6 +1,7 @@
 """Scale-out: one partition's cases across several sandboxes on Dask (a local cluster, and a
 real scheduler with two real workers), one system instance per worker, one case at a time
-within each, and a Dask worker that dies costing only the case it was running."""
+within each (a batch of cases in order), and a Dask worker that dies costing only the
+cases of the batches it held, each named as lost with it."""
 
 from __future__ import annotations
 
@@ -108,8 +109,9 @@ def test_the_refund_desk_on_two_sandboxes_reaches_the_same_verdicts(refund_desk,
 # -- a real scheduler and two real workers -------------------------------------------------------
 
 
-# The refund desk, noting which process ran each case; on the first call that finds
-# `kill_me` in the project folder it names its process in `victim` and waits to be killed.
+# The refund desk, noting which process ran each case; on the first call after the
+# twelfth that finds `kill_me` in the project folder (by then batches are sized from what
+# the first ones measured) it names its process in `victim` and waits to be killed.
 TRACED_DESK = """
 
 import json as _json
@@ -124,6 +126,8 @@ class TracedDesk(RefundDesk):
     def __call__(self, input):
         with (_HERE / "calls.log").open("a") as calls:
             calls.write(_json.dumps({"pid": os.getpid(), "message": input.get("message")}) + "\\n")
+        if len((_HERE / "calls.log").read_text().splitlines()) <= 12:
+            return super().__call__(input)
         try:
             (_HERE / "kill_me").rename(_HERE / "killing")
         except FileNotFoundError:
@@ -228,7 +232,7 @@ def verdict_rows(root: Path) -> pd.DataFrame:
     return verdicts[["case_id", "criterion", "outcome", "reason"]].sort_values(["case_id", "criterion"]).reset_index(drop=True)
 
 
-def test_a_real_scheduler_gives_the_inline_verdicts_and_a_killed_worker_costs_one_case(refund_desk, dask_cluster):
+def test_a_real_scheduler_gives_the_inline_verdicts_and_a_killed_worker_costs_only_the_batches_it_held(refund_desk, dask_cluster):
     inline = traced_copy(refund_desk, "inline")
     on_dask = traced_copy(refund_desk, "on_dask", dask_cluster)
     killed = traced_copy(refund_desk, "killed", dask_cluster)
@@ -244,7 +248,7 @@ def test_a_real_scheduler_gives_the_inline_verdicts_and_a_killed_worker_costs_on
     assert len(dask_workers) == 2 and not system_pids & dask_workers
     assert ended(system_pids)  # the fan-out closed its sandboxes
 
-    # Kill the Dask worker running one case, mid-case.
+    # Kill the Dask worker running one case, mid-case (and mid-batch).
     (killed / "kill_me").touch()
     run = cli("run", cwd=killed, wait=False)
     deadline = time.monotonic() + 300
@@ -258,16 +262,23 @@ def test_a_real_scheduler_gives_the_inline_verdicts_and_a_killed_worker_costs_on
 
     runs = pd.read_parquet(table_path(killed, "recorded_runs", "1.0.0")).set_index("case_id")
     failed = runs[runs["status"] != "ok"]
-    assert len(failed) == 1 and "KilledWorker" in failed["error"].iloc[0]
-    victim_case = failed.index[0]
+    # What the killed worker held: the batch it ran, and at most one in line behind it, each
+    # whole (its task's key, in each case's error, names its size), and no other case.
+    assert failed["error"].str.contains("KilledWorker").all(), failed["error"].tolist()
+    batches = failed["error"].str.extract(r"(sandbox-batch-(\d+)-cases-[0-9a-f]+)")
+    assert batches[0].notna().all(), failed["error"].tolist()
+    held = batches.groupby(0)[1].agg(["first", "size"])
+    assert 1 <= len(held) <= 2 and (held["first"].astype(int) == held["size"]).all(), held
     inputs = pd.concat(pd.read_parquet(table_path(killed, table)) for table in ("cases", "derived_cases")).set_index("case_id")["input"]
-    assert json.loads(inputs[victim_case])["message"] == victim["message"]  # the case that was running
-    # Every other verdict as inline (the killed case's copies are judged against it, so
-    # its family is left out).
-    family = lambda frame: frame["case_id"].str.split("~").str[0] == victim_case.split("~")[0]  # noqa: E731
+    # The case that was running is among them.
+    assert victim["message"] in {json.loads(inputs[case_id])["message"] for case_id in failed.index}
+    # Every other verdict as inline (a lost case's copies are judged against it, so each
+    # lost case's family is left out).
+    families = {case_id.split("~")[0] for case_id in failed.index}
+    family = lambda frame: frame["case_id"].str.split("~").str[0].isin(families)  # noqa: E731
     inline_verdicts, killed_verdicts = verdict_rows(inline), verdict_rows(killed)
     pd.testing.assert_frame_equal(
         inline_verdicts[~family(inline_verdicts)].reset_index(drop=True),
         killed_verdicts[~family(killed_verdicts)].reset_index(drop=True),
     )
-    assert set(killed_verdicts[killed_verdicts["case_id"] == victim_case]["outcome"]) <= {"MISSING", "EXCLUDED"}
+    assert set(killed_verdicts[killed_verdicts["case_id"].isin(failed.index)]["outcome"]) <= {"MISSING", "EXCLUDED"}
