@@ -22,6 +22,7 @@ from dagster import DagsterInstance
 from dask.distributed import Client
 
 from oloproof_pipeline.defs.launch import run_evaluation
+from oloproof_pipeline.run.sandboxes import MAX_BATCH, BatchDone, BatchSizing, SentBatch
 from oloproof_pipeline.store.layout import table_path
 
 from conftest import write_project
@@ -91,6 +92,35 @@ def test_cases_spread_over_worker_sandboxes_and_failures_stay_local(tmp_path):
         spans.sort()
         assert all(earlier[1] <= later[0] for earlier, later in zip(spans, spans[1:])), "a sandbox ran two cases at once"
     assert not any(output["overlapped"] for output in finished)
+
+
+def sized_after(round_trip_s: float, case_s: float, cases: int = 4) -> BatchSizing:
+    """A BatchSizing that has seen one batch of `cases` sent to an idle worker come back."""
+    sizing = BatchSizing()
+    sent = SentBatch(list(range(cases)), sent_at=10.0, to_idle_worker=True)
+    sizing.observe(sent, BatchDone(list(range(cases)), cases * case_s), 10.0 + cases * case_s + round_trip_s)
+    return sizing
+
+
+def test_what_a_dask_worker_holds_follows_the_measured_round_trip():
+    # Nothing measured: a case per task, a task per thread (a lost worker costs one case).
+    assert (BatchSizing().size(), BatchSizing().in_flight(threads=2)) == (1, 2)
+    # Cases long against a round trip (a model-driven agent's): the same.
+    long_cases = sized_after(round_trip_s=0.01, case_s=2.0)
+    assert (long_cases.size(), long_cases.in_flight(threads=2)) == (1, 2)
+    # A round trip of 1.25 cases: batches of 3 cases (outlasting two round trips), and one
+    # in line behind each running one.
+    short_cases = sized_after(round_trip_s=0.05, case_s=0.04)
+    assert (short_cases.size(), short_cases.in_flight(threads=2)) == (3, 4)
+    # Cases far shorter than a round trip: never more than MAX_BATCH a batch.
+    tiny_cases = sized_after(round_trip_s=0.05, case_s=0.001)
+    assert (tiny_cases.size(), tiny_cases.in_flight(threads=2)) == (MAX_BATCH, 4)
+    # A batch that waited in line measures no round trip; a worker that waited for it says
+    # by how much the round trip outlasted the batch before it: batches grow to cover that.
+    short_cases.observe(SentBatch([1, 2], sent_at=0.0, to_idle_worker=False), BatchDone([1, 2], 0.08, waited_s=0.005), 60.0)
+    assert short_cases.size() == 3  # a wait within WAIT_TOLERANCE of a case: the Dask worker's own pace
+    short_cases.observe(SentBatch([1, 2], sent_at=0.0, to_idle_worker=False), BatchDone([1, 2], 0.08, waited_s=0.025), 60.0)
+    assert short_cases.round_trip_s == pytest.approx(0.075) and short_cases.size() == 4
 
 
 def test_the_refund_desk_on_two_sandboxes_reaches_the_same_verdicts(refund_desk, tmp_path):

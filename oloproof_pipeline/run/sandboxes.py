@@ -15,6 +15,7 @@ next batch only then. Without Dask the cases run in order on one sandbox.
 from __future__ import annotations
 
 import math
+import threading
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -59,22 +60,40 @@ def _worker_sandbox(settings: SandboxSettings) -> SupervisedSandbox:
 def close_worker_sandboxes() -> None:
     """Runs on each Dask worker at the end of a fan-out (in its event loop, so it never
     waits for a sandbox still busy with a case)."""
+    _LAST_BATCH_ENDED.clear()
     for key, sandbox in list(_WORKER_SANDBOXES.items()):
         if sandbox.close(wait=False):
             del _WORKER_SANDBOXES[key]
 
 
-def run_batch_on_worker(settings: SandboxSettings, task: SandboxTask, items: list[Any]) -> tuple[list[Any], float]:
+@dataclass(frozen=True)
+class BatchDone:
+    """What a Dask worker sends back for a batch: each item's result, in order, and what it
+    measured: the batch's seconds, and how long it had waited for the batch since it ended
+    its last one of this fan-out (None for its first)."""
+
+    results: list[Any]
+    worked_s: float
+    waited_s: float | None = None
+
+
+# When each of this worker's threads ended its last batch of the fan-out (monotonic).
+_LAST_BATCH_ENDED: dict[int, float] = {}
+
+
+def run_batch_on_worker(settings: SandboxSettings, task: SandboxTask, items: list[Any]) -> BatchDone:
     """Runs inside a Dask worker: a batch's items in order on that worker's own sandbox (as
-    one stream where the task has one), so the batch pays one Dask round trip. Returns each
-    item's result, in order, and the seconds the batch took here."""
-    started = time.perf_counter()
+    one stream where the task has one), so the batch pays one Dask round trip."""
+    started = time.monotonic()
     sandbox = _worker_sandbox(settings)
     if task.each is not None:
         results = [result for _, result in task.each(sandbox, items)]
     else:
         results = [task.one(sandbox, item) for item in items]
-    return results, time.perf_counter() - started
+    ended, thread = time.monotonic(), threading.get_ident()
+    last_ended = _LAST_BATCH_ENDED.get(thread)
+    _LAST_BATCH_ENDED[thread] = ended
+    return BatchDone(results, ended - started, None if last_ended is None else max(0.0, started - last_ended))
 
 
 def in_sandboxes(
@@ -134,7 +153,7 @@ def _on_dask(client: Any, settings: SandboxSettings, items: Iterable[Any], task:
         for future in finished:
             sent = batches.pop(future)
             try:
-                results, worked_s = future.result()
+                done: BatchDone = future.result()
             except KilledWorker as lost:  # the Dask worker holding it died: that batch's loss
                 results = [lost] * len(sent.items)
             except (ProjectError, PipelineError):
@@ -142,7 +161,8 @@ def _on_dask(client: Any, settings: SandboxSettings, items: Iterable[Any], task:
             except Exception as error:
                 raise pipeline_failed_on_worker(error) from error
             else:
-                sizing.observe(sent, worked_s, time.monotonic())
+                results = done.results
+                sizing.observe(sent, done, time.monotonic())
             for item, result in zip(sent.items, results, strict=True):
                 yield item, result
             # Only once the caller journalled the batch: a killed run has lost at most the
@@ -158,15 +178,21 @@ def _on_dask(client: Any, settings: SandboxSettings, items: Iterable[Any], task:
 MAX_BATCH = 8
 # A round trip under this share of a case is not worth a second batch in line behind the first.
 NEGLIGIBLE_ROUND_TRIP = 0.05
-# A batch outlasts this many round trips, so the driver's journalling of the last batch and
-# a round trip that runs long still end before the worker has finished the batch in line.
+# A batch outlasts this many round trips, so a round trip that runs long still ends before
+# the worker has finished the batch in line.
 ROUND_TRIPS_PER_BATCH = 2
+# A worker that waited longer than this share of a case for its next batch in line was kept
+# waiting by a round trip longer than the batch before it.
+WAIT_TOLERANCE = 0.25
 
 
 class BatchSizing:
     """How many items a Dask task carries, and how many tasks are in flight, from what the
-    batches so far measured: a case's seconds on the worker (the last batch's), and a bare
-    round trip (driver to worker and back) of the last batch sent to an idle worker.
+    batches so far measured: a case's seconds on the worker (the last batch's), and a round
+    trip (driver to worker and back, the driver's journalling included): that of a batch sent
+    to an idle worker, lengthened, once batches wait in line, by each wait a worker reports
+    for its next batch (beyond WAIT_TOLERANCE of a case: the round trip outlasted the batch
+    in line, as it does when the driver gets busier).
 
     Where a round trip is not negligible against a case, each worker holds a second batch in
     line behind the one it runs, so it goes on without waiting on the driver, and a batch is
@@ -178,10 +204,13 @@ class BatchSizing:
         self.round_trip_s: float | None = None
         self.case_s: float | None = None
 
-    def observe(self, sent: SentBatch, worked_s: float, returned_at: float) -> None:
-        self.case_s = worked_s / len(sent.items)
+    def observe(self, sent: SentBatch, done: BatchDone, returned_at: float) -> None:
+        self.case_s = done.worked_s / len(sent.items)
         if sent.to_idle_worker:
-            self.round_trip_s = max(0.0, returned_at - sent.sent_at - worked_s)
+            self.round_trip_s = max(0.0, returned_at - sent.sent_at - done.worked_s)
+        elif done.waited_s is not None and done.waited_s > WAIT_TOLERANCE * self.case_s:
+            # The batch in line came that much too late: batches that much longer cover it.
+            self.round_trip_s = (self.round_trip_s or 0.0) + done.waited_s
 
     def _round_trips_per_case(self) -> float:
         if self.round_trip_s is None or not self.case_s:
