@@ -95,10 +95,12 @@ def test_cases_spread_over_worker_sandboxes_and_failures_stay_local(tmp_path):
 
 
 def sized_after(round_trip_s: float, case_s: float, cases: int = 4) -> BatchSizing:
-    """A BatchSizing that has seen one batch of `cases` sent to an idle worker come back."""
+    """A BatchSizing that has seen a worker's first batch of `cases`, sent to it idle, come
+    back (its sandbox's 1.5 s start counted apart, neither a case's time nor a round trip's)."""
     sizing = BatchSizing()
     sent = SentBatch(list(range(cases)), sent_at=10.0, to_idle_worker=True)
-    sizing.observe(sent, BatchDone(list(range(cases)), cases * case_s), 10.0 + cases * case_s + round_trip_s)
+    done = BatchDone(list(range(cases)), cases * case_s, starting_s=1.5)
+    sizing.observe(sent, done, 10.0 + 1.5 + cases * case_s + round_trip_s)
     return sizing
 
 
@@ -117,9 +119,9 @@ def test_what_a_dask_worker_holds_follows_the_measured_round_trip():
     assert (tiny_cases.size(), tiny_cases.in_flight(threads=2)) == (MAX_BATCH, 4)
     # A batch that waited in line measures no round trip; a worker that waited for it says
     # by how much the round trip outlasted the batch before it: batches grow to cover that.
-    short_cases.observe(SentBatch([1, 2], sent_at=0.0, to_idle_worker=False), BatchDone([1, 2], 0.08, waited_s=0.005), 60.0)
+    short_cases.observe(SentBatch([1, 2], sent_at=0.0, to_idle_worker=False), BatchDone([1, 2], 0.08, 0.0, waited_s=0.005), 60.0)
     assert short_cases.size() == 3  # a wait within WAIT_TOLERANCE of a case: the Dask worker's own pace
-    short_cases.observe(SentBatch([1, 2], sent_at=0.0, to_idle_worker=False), BatchDone([1, 2], 0.08, waited_s=0.025), 60.0)
+    short_cases.observe(SentBatch([1, 2], sent_at=0.0, to_idle_worker=False), BatchDone([1, 2], 0.08, 0.0, waited_s=0.025), 60.0)
     assert short_cases.round_trip_s == pytest.approx(0.075) and short_cases.size() == 4
 
 

@@ -69,11 +69,13 @@ def close_worker_sandboxes() -> None:
 @dataclass(frozen=True)
 class BatchDone:
     """What a Dask worker sends back for a batch: each item's result, in order, and what it
-    measured: the batch's seconds, and how long it had waited for the batch since it ended
-    its last one of this fan-out (None for its first)."""
+    measured: the seconds its cases took, those it took first to start the sandbox's system
+    (its first batch of a fan-out, or after a crash), and how long it had waited for the
+    batch since it ended its last one of this fan-out (None for its first)."""
 
     results: list[Any]
     worked_s: float
+    starting_s: float = 0.0
     waited_s: float | None = None
 
 
@@ -84,8 +86,10 @@ _LAST_BATCH_ENDED: dict[int, float] = {}
 def run_batch_on_worker(settings: SandboxSettings, task: SandboxTask, items: list[Any]) -> BatchDone:
     """Runs inside a Dask worker: a batch's items in order on that worker's own sandbox (as
     one stream where the task has one), so the batch pays one Dask round trip."""
-    started = time.monotonic()
+    arrived = time.monotonic()
     sandbox = _worker_sandbox(settings)
+    sandbox.facts()  # its system started now if it is not running, timed apart from the cases
+    started = time.monotonic()
     if task.each is not None:
         results = [result for _, result in task.each(sandbox, items)]
     else:
@@ -93,7 +97,8 @@ def run_batch_on_worker(settings: SandboxSettings, task: SandboxTask, items: lis
     ended, thread = time.monotonic(), threading.get_ident()
     last_ended = _LAST_BATCH_ENDED.get(thread)
     _LAST_BATCH_ENDED[thread] = ended
-    return BatchDone(results, ended - started, None if last_ended is None else max(0.0, started - last_ended))
+    waited_s = None if last_ended is None else max(0.0, arrived - last_ended)
+    return BatchDone(results, ended - started, started - arrived, waited_s)
 
 
 def in_sandboxes(
@@ -119,6 +124,8 @@ def in_sandboxes(
 
 @dataclass(frozen=True)
 class SentBatch:
+    """A batch in flight, as the driver sent it."""
+
     items: list[Any]
     sent_at: float
     # Sent while a worker had nothing to do: its time back measures a bare round trip.
@@ -207,7 +214,7 @@ class BatchSizing:
     def observe(self, sent: SentBatch, done: BatchDone, returned_at: float) -> None:
         self.case_s = done.worked_s / len(sent.items)
         if sent.to_idle_worker:
-            self.round_trip_s = max(0.0, returned_at - sent.sent_at - done.worked_s)
+            self.round_trip_s = max(0.0, returned_at - sent.sent_at - done.starting_s - done.worked_s)
         elif done.waited_s is not None and done.waited_s > WAIT_TOLERANCE * self.case_s:
             # The batch in line came that much too late: batches that much longer cover it.
             self.round_trip_s = (self.round_trip_s or 0.0) + done.waited_s
