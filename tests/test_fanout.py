@@ -213,8 +213,8 @@ def ended(pids: set[int], within_s: float = 30.0) -> bool:
 def dask_cluster(tmp_path):
     """A `dask scheduler` and two `dask worker` processes (one thread each) on 127.0.0.1,
     started with the `dask` command, not a LocalCluster. The scheduler allows no retries of
-    a task whose worker died (allowed-failures 0), so a killed worker's case is recorded as
-    the error it is instead of being run again elsewhere. Everything they started, the
+    a task whose worker died (allowed-failures 0), so a killed worker's cases are recorded as
+    the error they are instead of being run again elsewhere. Everything they started, the
     sandboxes' processes included, is gone after the test."""
     dask = str(Path(sys.executable).parent / "dask")
     scheduler_file = tmp_path / "scheduler.json"
