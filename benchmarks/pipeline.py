@@ -31,7 +31,8 @@ re-keyed with the current pair digests so both transforms stay checked), then ru
 Then, at `--sleep-cases` source cases, the same cold run and raw loop on a desk that sleeps
 1 ms per tool call (a stand-in for a tool that waits on I/O), and their ratio; and at
 `--dask-cases` source cases, recording on a desk that sleeps 20 ms per tool call with one
-sandbox against two on a local Dask cluster, and the speed-up.
+sandbox against two on a local Dask cluster (cases sent in batches sized from the measured
+round trip, `benchmarks/scale_out.py`'s timing: start-up and a warm-up apart), and the speed-up.
 
 `--vs-oloproof` also runs Oloproof's own stateful-agent example (`oloproof init --example
 stateful-agent`, with `OLOPROOF` pointing at its command, default
@@ -506,7 +507,8 @@ def measure_sleeping(workdir: Path, total: int) -> None:
 
 def measure_dask(workdir: Path, total: int, workers: int = 2) -> None:
     """Recording alone (the stage Dask spreads), one sandbox against `workers` on a local Dask
-    cluster, on a desk whose tools wait DASK_SLEEP_S each: ideal speed-up `workers`."""
+    cluster (cases in batches), on a desk whose tools wait DASK_SLEEP_S each: ideal speed-up
+    `workers`."""
     print(f"\nA desk sleeping {DASK_SLEEP_S * 1000:g} ms per tool call, N = {total:,} source cases, recording alone",
           flush=True)
     timings = {}
@@ -516,11 +518,12 @@ def measure_dask(workdir: Path, total: int, workers: int = 2) -> None:
         config.setdefault("execution", {})["workers"] = count
         (project / "oloproof.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
         timings[count] = timed_recording(project, version=config["system"]["version"])
-    one, (startup, many) = timings[1][1], timings[workers]
-    print(f"  1 sandbox                    {one:8.2f} s", flush=True)
-    print(f"  {workers} sandboxes on Dask          {many:8.2f} s   (+{startup:.2f} s to start the local cluster)", flush=True)
-    print(f"  speed-up                     {one / many:8.2f}x  (ideal {workers}x; with start-up {one / (many + startup):.2f}x)",
+    (one_startup, one), (startup, many) = timings[1], timings[workers]
+    print(f"  1 sandbox                    {one:8.2f} s   (+{one_startup:.2f} s to start: a warm-up)", flush=True)
+    print(f"  {workers} sandboxes on Dask          {many:8.2f} s   (+{startup:.2f} s to start: the local cluster, a warm-up)",
           flush=True)
+    print(f"  speed-up                     {one / many:8.2f}x  "
+          f"(ideal {workers}x; with start-up {(one + one_startup) / (many + startup):.2f}x)", flush=True)
 
 
 def main() -> None:

@@ -1,6 +1,7 @@
 """Scale-out: one partition's cases across several sandboxes on Dask (a local cluster, and a
 real scheduler with two real workers), one system instance per worker, one case at a time
-within each, and a Dask worker that dies costing only the case it was running."""
+within each (a batch of cases in order), and a Dask worker that dies costing only the
+cases of the batches it held, each named as lost with it."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from dagster import DagsterInstance
 from dask.distributed import Client
 
 from oloproof_pipeline.defs.launch import run_evaluation
+from oloproof_pipeline.run.sandboxes import MAX_BATCH, BatchDone, BatchSizing, SentBatch
 from oloproof_pipeline.store.layout import table_path
 
 from conftest import write_project
@@ -92,6 +94,37 @@ def test_cases_spread_over_worker_sandboxes_and_failures_stay_local(tmp_path):
     assert not any(output["overlapped"] for output in finished)
 
 
+def sized_after(round_trip_s: float, case_s: float, cases: int = 4) -> BatchSizing:
+    """A BatchSizing that has seen a worker's first batch of `cases`, sent to it idle, come
+    back (its sandbox's 1.5 s start counted apart, neither a case's time nor a round trip's)."""
+    sizing = BatchSizing()
+    sent = SentBatch(list(range(cases)), sent_at=10.0, to_idle_worker=True)
+    done = BatchDone(list(range(cases)), cases * case_s, starting_s=1.5)
+    sizing.observe(sent, done, 10.0 + 1.5 + cases * case_s + round_trip_s)
+    return sizing
+
+
+def test_what_a_dask_worker_holds_follows_the_measured_round_trip():
+    # Nothing measured: a case per task, a task per thread (a lost worker costs one case).
+    assert (BatchSizing().size(), BatchSizing().in_flight(threads=2)) == (1, 2)
+    # Cases long against a round trip (a model-driven agent's): the same.
+    long_cases = sized_after(round_trip_s=0.01, case_s=2.0)
+    assert (long_cases.size(), long_cases.in_flight(threads=2)) == (1, 2)
+    # A round trip of 1.25 cases: batches of 3 cases (outlasting two round trips), and one
+    # in line behind each running one.
+    short_cases = sized_after(round_trip_s=0.05, case_s=0.04)
+    assert (short_cases.size(), short_cases.in_flight(threads=2)) == (3, 4)
+    # Cases far shorter than a round trip: never more than MAX_BATCH a batch.
+    tiny_cases = sized_after(round_trip_s=0.05, case_s=0.001)
+    assert (tiny_cases.size(), tiny_cases.in_flight(threads=2)) == (MAX_BATCH, 4)
+    # A batch that waited in line measures no round trip; a worker that waited for it says
+    # by how much the round trip outlasted the batch before it: batches grow to cover that.
+    short_cases.observe(SentBatch([1, 2], sent_at=0.0, to_idle_worker=False), BatchDone([1, 2], 0.08, 0.0, waited_s=0.005), 60.0)
+    assert short_cases.size() == 3  # a wait within WAIT_TOLERANCE of a case: the Dask worker's own pace
+    short_cases.observe(SentBatch([1, 2], sent_at=0.0, to_idle_worker=False), BatchDone([1, 2], 0.08, 0.0, waited_s=0.025), 60.0)
+    assert short_cases.round_trip_s == pytest.approx(0.075) and short_cases.size() == 4
+
+
 def test_the_refund_desk_on_two_sandboxes_reaches_the_same_verdicts(refund_desk, tmp_path):
     config = refund_desk / "oloproof.yaml"
     config.write_text(config.read_text().replace("  timeout_s: 30", "  timeout_s: 30\n  workers: 2"))
@@ -108,8 +141,9 @@ def test_the_refund_desk_on_two_sandboxes_reaches_the_same_verdicts(refund_desk,
 # -- a real scheduler and two real workers -------------------------------------------------------
 
 
-# The refund desk, noting which process ran each case; on the first call that finds
-# `kill_me` in the project folder it names its process in `victim` and waits to be killed.
+# The refund desk, noting which process ran each case; on the first call after the
+# twelfth that finds `kill_me` in the project folder (by then batches are sized from what
+# the first ones measured) it names its process in `victim` and waits to be killed.
 TRACED_DESK = """
 
 import json as _json
@@ -124,6 +158,8 @@ class TracedDesk(RefundDesk):
     def __call__(self, input):
         with (_HERE / "calls.log").open("a") as calls:
             calls.write(_json.dumps({"pid": os.getpid(), "message": input.get("message")}) + "\\n")
+        if len((_HERE / "calls.log").read_text().splitlines()) <= 12:
+            return super().__call__(input)
         try:
             (_HERE / "kill_me").rename(_HERE / "killing")
         except FileNotFoundError:
@@ -177,8 +213,8 @@ def ended(pids: set[int], within_s: float = 30.0) -> bool:
 def dask_cluster(tmp_path):
     """A `dask scheduler` and two `dask worker` processes (one thread each) on 127.0.0.1,
     started with the `dask` command, not a LocalCluster. The scheduler allows no retries of
-    a task whose worker died (allowed-failures 0), so a killed worker's case is recorded as
-    the error it is instead of being run again elsewhere. Everything they started, the
+    a task whose worker died (allowed-failures 0), so a killed worker's cases are recorded as
+    the error they are instead of being run again elsewhere. Everything they started, the
     sandboxes' processes included, is gone after the test."""
     dask = str(Path(sys.executable).parent / "dask")
     scheduler_file = tmp_path / "scheduler.json"
@@ -228,7 +264,7 @@ def verdict_rows(root: Path) -> pd.DataFrame:
     return verdicts[["case_id", "criterion", "outcome", "reason"]].sort_values(["case_id", "criterion"]).reset_index(drop=True)
 
 
-def test_a_real_scheduler_gives_the_inline_verdicts_and_a_killed_worker_costs_one_case(refund_desk, dask_cluster):
+def test_a_real_scheduler_gives_the_inline_verdicts_and_a_killed_worker_costs_only_the_batches_it_held(refund_desk, dask_cluster):
     inline = traced_copy(refund_desk, "inline")
     on_dask = traced_copy(refund_desk, "on_dask", dask_cluster)
     killed = traced_copy(refund_desk, "killed", dask_cluster)
@@ -244,7 +280,7 @@ def test_a_real_scheduler_gives_the_inline_verdicts_and_a_killed_worker_costs_on
     assert len(dask_workers) == 2 and not system_pids & dask_workers
     assert ended(system_pids)  # the fan-out closed its sandboxes
 
-    # Kill the Dask worker running one case, mid-case.
+    # Kill the Dask worker running one case, mid-case (and mid-batch).
     (killed / "kill_me").touch()
     run = cli("run", cwd=killed, wait=False)
     deadline = time.monotonic() + 300
@@ -258,16 +294,23 @@ def test_a_real_scheduler_gives_the_inline_verdicts_and_a_killed_worker_costs_on
 
     runs = pd.read_parquet(table_path(killed, "recorded_runs", "1.0.0")).set_index("case_id")
     failed = runs[runs["status"] != "ok"]
-    assert len(failed) == 1 and "KilledWorker" in failed["error"].iloc[0]
-    victim_case = failed.index[0]
+    # What the killed worker held: the batch it ran, and at most one in line behind it, each
+    # whole (its task's key, in each case's error, names its size), and no other case.
+    assert failed["error"].str.contains("KilledWorker").all(), failed["error"].tolist()
+    batches = failed["error"].str.extract(r"(sandbox-batch-(\d+)-cases-[0-9a-f]+)")
+    assert batches[0].notna().all(), failed["error"].tolist()
+    held = batches.groupby(0)[1].agg(["first", "size"])
+    assert 1 <= len(held) <= 2 and (held["first"].astype(int) == held["size"]).all(), held
     inputs = pd.concat(pd.read_parquet(table_path(killed, table)) for table in ("cases", "derived_cases")).set_index("case_id")["input"]
-    assert json.loads(inputs[victim_case])["message"] == victim["message"]  # the case that was running
-    # Every other verdict as inline (the killed case's copies are judged against it, so
-    # its family is left out).
-    family = lambda frame: frame["case_id"].str.split("~").str[0] == victim_case.split("~")[0]  # noqa: E731
+    # The case that was running is among them.
+    assert victim["message"] in {json.loads(inputs[case_id])["message"] for case_id in failed.index}
+    # Every other verdict as inline (a lost case's copies are judged against it, so each
+    # lost case's family is left out).
+    families = {case_id.split("~")[0] for case_id in failed.index}
+    family = lambda frame: frame["case_id"].str.split("~").str[0].isin(families)  # noqa: E731
     inline_verdicts, killed_verdicts = verdict_rows(inline), verdict_rows(killed)
     pd.testing.assert_frame_equal(
         inline_verdicts[~family(inline_verdicts)].reset_index(drop=True),
         killed_verdicts[~family(killed_verdicts)].reset_index(drop=True),
     )
-    assert set(killed_verdicts[killed_verdicts["case_id"] == victim_case]["outcome"]) <= {"MISSING", "EXCLUDED"}
+    assert set(killed_verdicts[killed_verdicts["case_id"].isin(failed.index)]["outcome"]) <= {"MISSING", "EXCLUDED"}
