@@ -87,13 +87,17 @@ class PanelStore:
         if self._connection is None and not self._broken:
             try:
                 self._connection = self._connect()
-            except (sqlite3.Error, OSError) as error:  # not a database any more: made again
+            except sqlite3.OperationalError as error:  # locked, or a folder that cannot be written
+                self._give_up(error)
+            except sqlite3.DatabaseError:  # not a database any more: made again
                 with suppress(OSError):
                     self.path.unlink(missing_ok=True)
                 try:
                     self._connection = self._connect()
-                except (sqlite3.Error, OSError):
+                except (sqlite3.Error, OSError) as error:
                     self._give_up(error)
+            except OSError as error:
+                self._give_up(error)
         return self._connection
 
     def _connect(self) -> sqlite3.Connection:
@@ -108,12 +112,17 @@ class PanelStore:
         return connection
 
     def _give_up(self, error: BaseException) -> None:
-        log.warning(f"{self.path}: cannot keep the report's case panels ({error}); the next report renders each again")
+        """The panels are rendered from here on, none kept; a file that is no database (any
+        more) is removed, so the next report makes it again."""
+        log.warning(f"{self.path}: the report's case panels cannot be kept ({error}); they are rendered")
         self._broken = True
         if self._connection is not None:
             with suppress(sqlite3.Error):
                 self._connection.close()
         self._connection = None
+        if isinstance(error, sqlite3.DatabaseError) and not isinstance(error, sqlite3.OperationalError):
+            with suppress(OSError):
+                self.path.unlink(missing_ok=True)
 
     def kept(self, keys: list[str]) -> dict[str, str]:
         """key -> panel, of those of `keys` that are kept (the others are to be rendered)."""
