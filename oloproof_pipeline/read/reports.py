@@ -11,21 +11,25 @@ from __future__ import annotations
 
 import html
 import os
+import shutil
+from contextlib import suppress
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
 import pandas as pd
-from jinja2 import Environment, PackageLoader
+import jinja2
+from jinja2 import Environment, FileSystemBytecodeCache, PackageLoader
+from jinja2.bccache import Bucket
 from jinja2.ext import Extension
 from markupsafe import Markup
 
 from ..decide.formatting import format_interval, format_rate
 from ..decide.trials import CriterionTrials, project_trial_summaries
 from ..model.config import Project
-from ..model.fingerprints import frame_digest
+from ..model.fingerprints import frame_digest, producer_code_version
 from ..project import load_project
-from ..store.layout import read_table, reports_dir, table_path, write_text_file
+from ..store.layout import compiled_templates_dir, read_table, reports_dir, table_path, write_text_file
 from . import charts
 from .panels import PANELS_AT_ONCE, PanelKeys, PanelStore
 from .report_view import (
@@ -93,14 +97,45 @@ def escaped(value: Any) -> Markup:
     return _escaped("" if value is None else str(value))
 
 
-@lru_cache(maxsize=1)
-def environment() -> Environment:
+class CompiledTemplates(FileSystemBytecodeCache):
+    """The templates as compiled, kept in the project between runs (compiling them costs a
+    run a tenth of a second or more). Jinja2 checks each template's source; the folder is
+    named for the report's code and the Jinja2 release, which decide how a source compiles
+    (the `Spaceless` extension, the options), so a compiled template is always one the current
+    code would compile. Folders of other code are removed when this one is written; a file
+    that cannot be read or written costs the compiling, never the report."""
+
+    def __init__(self, project_root: Path):
+        folders = compiled_templates_dir(project_root)
+        self.folder = folders / f"{producer_code_version('report')}-jinja{jinja2.__version__}"
+        super().__init__(str(self.folder))
+
+    def load_bytecode(self, bucket: Bucket) -> None:
+        try:
+            super().load_bytecode(bucket)
+        except (OSError, EOFError, ValueError, TypeError):  # cut short or not bytecode: compiled again
+            bucket.reset()
+
+    def dump_bytecode(self, bucket: Bucket) -> None:
+        with suppress(OSError):
+            if not self.folder.is_dir():
+                for other in self.folder.parent.glob("*"):
+                    shutil.rmtree(other, ignore_errors=True)
+                self.folder.mkdir(parents=True, exist_ok=True)
+            super().dump_bytecode(bucket)
+
+
+@lru_cache(maxsize=None)
+def environment(project_root: Path | None = None) -> Environment:
+    """The report's templates and their filters; with `project_root`, compiled once per code
+    version and kept in the project (`CompiledTemplates`)."""
     env = Environment(
         loader=PackageLoader("oloproof_pipeline.read", "templates"),
         autoescape=True,
         finalize=escaped,
         keep_trailing_newline=True,  # report.css and report.js end with a line break
         extensions=[Spaceless],
+        bytecode_cache=CompiledTemplates(project_root) if project_root is not None else None,
     )
     env.filters.update(
         json=json_text,
@@ -141,9 +176,10 @@ def report_parts(
     stored_replays = StoredReplays(replays)
     ordered, failing = cases_failing_first(results)
     dagster_url = dagster_url.rstrip("/") if dagster_url else None
-    yield from environment().get_template("report.html.j2").generate(
+    env = environment(project_root)
+    yield from env.get_template("report.html.j2").generate(
         view=report_view(results, project_name, stored_replays, project_root, trials),
-        panel_sections=panel_sections(results, ordered, stored_replays, dagster_url, panels),
+        panel_sections=panel_sections(env, results, ordered, stored_replays, dagster_url, panels),
         case_count=len(ordered),
         failing_count=failing,
         comparison=comparison,
@@ -155,13 +191,13 @@ def report_parts(
 
 
 def panel_sections(
-    results: VersionResults, case_ids: list[str], replays: StoredReplays, dagster_url: str | None,
+    env: Environment, results: VersionResults, case_ids: list[str], replays: StoredReplays, dagster_url: str | None,
     panels: PanelStore | None,
 ) -> Iterator[Markup]:
     """Each case's section, in order: the one kept under its key, else rendered (and kept).
     Looked up a batch of cases at a time, so only a batch of panels is ever held."""
     # The panel macro alone, in the context the page gives it (its run links need the URL).
-    case_section = environment().get_template("case.html.j2").make_module({"dagster_url": dagster_url}).case_section
+    case_section = env.get_template("case.html.j2").make_module({"dagster_url": dagster_url}).case_section
     keys = PanelKeys(results, replays, dagster_url) if panels is not None else None
     for start in range(0, len(case_ids), PANELS_AT_ONCE):
         batch = case_ids[start : start + PANELS_AT_ONCE]
