@@ -14,11 +14,13 @@ next report its reuse (a warning says so), never the report.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import sqlite3
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Iterator
 
 import jinja2
 
@@ -36,21 +38,24 @@ PANELS_AT_ONCE = 256
 
 
 class PanelKeys:
-    """Each case's panel key, from the stored values the panel shows: each table's rows are
-    spelled out (`repr`, which escapes every control character, so `row_key`'s separator never
-    occurs inside one) and indexed by case once; no row is decoded."""
+    """Each case's panel key, from the stored values the panel shows: each table row's values
+    are spelled out (`repr`, which escapes every control character, so `row_key`'s separator
+    never occurs inside one) and digested once, and indexed by case; no row is decoded, and
+    only the rows' digests are held."""
 
     def __init__(self, results: VersionResults, replays: StoredReplays, dagster_url: str | None):
         cases = results.case_table
         case_columns = [null_to_none(cases[name]) if name in cases.columns else [None] * len(cases) for name in PANEL_CASE_FIELDS]
-        self._cases = dict(zip(case_columns[0], map(repr, zip(*case_columns))))
+        self._cases = dict(zip(case_columns[0], row_digests(case_columns)))
         self._sources = dict(zip(case_columns[0], case_columns[1]))
-        run_ids = results.run_column("case_id")
-        self._runs = dict(zip(run_ids, map(repr, zip(*(results.run_column(name) for name in PANEL_RUN_FIELDS)))))
-        verdict_rows = map(repr, zip(*(results.verdict_column(name) for name in PANEL_VERDICT_FIELDS)))
-        self._verdicts: dict[str, list[str]] = {}
-        for case_id, row in zip(results.verdict_column("case_id"), verdict_rows):
-            self._verdicts.setdefault(case_id, []).append(row)
+        runs = [results.run_column(name) for name in PANEL_RUN_FIELDS] if results.run_table is not None else []
+        self._runs = dict(zip(results.run_column("case_id"), row_digests(runs)))
+        self._verdicts: dict[str, Any] = {}  # case id -> a digest of its verdict rows, in order
+        for case_id, verdict in zip(results.verdict_column("case_id"), zip(*(results.verdict_column(name) for name in PANEL_VERDICT_FIELDS))):
+            hashed = self._verdicts.get(case_id)
+            if hashed is None:
+                hashed = self._verdicts[case_id] = hashlib.sha256()
+            hashed.update(repr(verdict).encode("utf-8"))
         self._replays = replays
         self._code = (PANEL_KEY_TAG, producer_code_version("report"), jinja2.__version__, repr(dagster_url))
 
@@ -60,10 +65,15 @@ class PanelKeys:
             *self._code,
             self._cases[case_id],
             self._runs.get(case_id),
-            "".join(self._verdicts.get(case_id, ())),
+            self._verdicts[case_id].hexdigest() if case_id in self._verdicts else None,
             repr(self._replays.stored_values(case_id)),
             self._runs.get(source_id) if source_id else None,  # a copy's pair shows its source's calls
         )
+
+
+def row_digests(columns: list[list[Any]]) -> Iterator[str]:
+    """A digest of each row of these columns (one value from each, in order)."""
+    return map(row_key, map(repr, zip(*columns)))
 
 
 @dataclass
