@@ -8,8 +8,10 @@ import json
 import os
 import re
 import shutil
+import sqlite3
 import subprocess
 import tomllib
+from contextlib import closing
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -19,10 +21,14 @@ import pytest
 import oloproof_pipeline.read as read
 from oloproof_pipeline.decide.paired import paired_difference_interval
 from oloproof_pipeline.model.trajectory import first_difference
-from oloproof_pipeline.read import report_view
+from oloproof_pipeline.project import load_project
+from oloproof_pipeline.read import panels, report_view
 from oloproof_pipeline.read.compare import comparison_markdown, comparison_table, compare_criterion
-from oloproof_pipeline.read.reports import environment
-from helpers import OLOPROOF, oloproof
+from oloproof_pipeline.read.reports import environment, report_path
+from oloproof_pipeline.read.version_report import VersionReport, write_version_report
+from oloproof_pipeline.store.layout import read_table, report_panels_path
+from oloproof_pipeline.store.reuse import stored_tables
+from helpers import OLOPROOF, copy_project, oloproof
 
 # A fix for the desk's first flaw: with it, version 1.1.0 declines the pasted overrides.
 FIXED_OVERRIDE = ('if "system override" in message.lower():', 'if False:')
@@ -147,6 +153,69 @@ def test_gate_asset_metadata_names_the_report(two_versions):
     gate = instance.get_latest_materialization_event(AssetKey(["refund_desk", "gate"])).asset_materialization
     report = Path(gate.metadata["report"].value)  # a path value: shown with a copy button
     assert report.name == "report-1.1.0.html" and report.is_absolute() and report.is_file()
+
+
+# -- the report costs what changed: a panel is rendered only when what it shows changed --------
+
+
+def kept_panels(project_root: Path, version: str = "1.0.0") -> dict[str, str]:
+    """key -> case id of each case panel the version's report keeps (read/panels.py)."""
+    with closing(sqlite3.connect(report_panels_path(project_root, version))) as connection:
+        return dict(connection.execute("SELECT key, case_id FROM panels").fetchall())
+
+
+def without_times(html: str) -> str:
+    """The report with the times it was written (and its tables were) taken out."""
+    return re.sub(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC|now \(this run\)", "(time)", html)
+
+
+def rewritten_report(project_root: Path, version: str = "1.0.0") -> VersionReport:
+    """The version's report written again by the gate's code, from its stored tables."""
+    report_path(project_root, version).unlink()
+    project = load_project(project_root)
+    return write_version_report(project, stored_tables(project, version), version, read_table(project_root, "gate", version))
+
+
+def test_a_run_with_one_case_added_renders_that_cases_panels_only(evaluated_desk, tmp_path):
+    """The report of a run with one case added renders the panels of that case and its copies
+    and copies the others as kept, and is the report a render from nothing writes."""
+    before = kept_panels(evaluated_desk)
+    assert sorted(before.values()) == sorted(read_table(evaluated_desk, "verdicts", "1.0.0")["case_id"].unique())
+    cases = evaluated_desk / "data" / "cases.jsonl"
+    first = cases.read_text().splitlines()[0]
+    assert '"ord-001"' in first and "ord-101" not in cases.read_text()
+    with cases.open("a") as handle:
+        handle.write(first.replace("ord-001", "ord-101") + "\n")
+    ran = oloproof("run", cwd=evaluated_desk)
+    assert ran.returncode == 1, ran.stdout + ran.stderr
+
+    after = kept_panels(evaluated_desk)
+    copies = read_table(evaluated_desk, "derived_cases")
+    added = ["ord-101", *copies.loc[copies["source_id"] == "ord-101", "case_id"]]
+    assert len(added) == 3  # the case and its two copies
+    assert sorted(after[key] for key in after.keys() - before.keys()) == sorted(added)  # rendered now
+    assert before.keys() <= after.keys() and len(after) == len(before) + 3  # the others kept as they were
+
+    scratch = copy_project(evaluated_desk, tmp_path / "scratch", with_store=True)
+    report_panels_path(scratch, "1.0.0").unlink()
+    fresh = rewritten_report(scratch)
+    assert (fresh.panels_rendered, fresh.panels_reused) == (len(after), 0)
+    assert kept_panels(scratch) == after  # the same keys for the same panels
+    written = report_path(evaluated_desk, "1.0.0").read_text()
+    assert without_times(written) == without_times(fresh.path.read_text())
+    assert 'id="case-ord-101~paraphrase"' in written
+
+
+def test_kept_panels_are_dropped_when_the_report_code_or_the_store_changes(evaluated_desk, monkeypatch):
+    """A panel kept by other code is never copied (its key names the code that rendered it), and
+    a panel store that is no longer SQLite costs one full render, not the report."""
+    reused = rewritten_report(evaluated_desk)
+    assert (reused.panels_rendered, reused.panels_reused) == (0, 72)
+    monkeypatch.setattr(panels, "producer_code_version", lambda producer: "other code")
+    assert rewritten_report(evaluated_desk).panels_rendered == 72
+    report_panels_path(evaluated_desk, "1.0.0").write_text("not a database")
+    broken = rewritten_report(evaluated_desk)
+    assert (broken.panels_rendered, broken.panels_reused) == (72, 0) and len(kept_panels(evaluated_desk)) == 72
 
 
 def test_export_writes_one_json_line_per_case_and_run(two_versions):

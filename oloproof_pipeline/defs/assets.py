@@ -238,11 +238,12 @@ def build_assets(
         # The report is written here, not downstream: with the blocking variant of the gate
         # check a BLOCK skips anything after the gate, and a blocked release is when the report
         # is read most.
-        report, written = write_version_report(loaded, stored, version, decided.frame, decided.trials)
+        report = write_version_report(loaded, stored, version, decided.frame, decided.trials)
+        context.log.info(report.panels_line())
         context.log.info(gate_log_line(version, decided.decision))
         # The decision is known only now, so it is tagged here, whoever launched the run.
         context.instance.add_run_tags(context.run.run_id, {GATE_TAG: decided.decision.decision})
-        yield Output(decided.frame, metadata=gate_metadata(decided, report, written, flags))
+        yield Output(decided.frame, metadata=gate_metadata(decided, report.path, report.written, flags))
         yield from rule_check_results(rule_checks, rows_from_frame(decided.frame, tables.GATE_NESTED))
 
     @asset(

@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..model.outcomes import FAIL, MISSING, PASS
-from .results import VersionResults
 
 COLOURS = {PASS: "#176f2c", FAIL: "#b00020", MISSING: "#a15c00", "INSUFFICIENT_EVIDENCE": "#a15c00",
            "MANUAL_REVIEW": "#7b1fa2", None: "#555"}
@@ -113,15 +112,15 @@ def rule_bars(rule: dict[str, Any]) -> list[tuple[float, str]]:
     return bars
 
 
-def gate_chart(results: VersionResults) -> Chart | None:
-    """Each rule's interval against its bar (None without rules)."""
+def gate_chart(gate: list[dict[str, Any]]) -> Chart | None:
+    """Each rule's interval against its bar (None without rules); `gate`: the gate's rows."""
     rows = [
         ChartRow(
             label=f"{rule['rule_id']} ({rule['decision']})", estimate=rule["estimate"], lower=rule["lower"],
             upper=rule["upper"], bars=rule_bars(rule), tone=rule["decision"],
             note=bar_margin(rule) if rule["decision"] in (PASS, FAIL, "INSUFFICIENT_EVIDENCE") else rule["decision"],
         )
-        for rule in results.gate
+        for rule in gate
     ]
     return interval_chart(rows, "gate-chart", "Each rule's interval against its bar") if rows else None
 

@@ -5,10 +5,11 @@ Nothing here writes HTML; the templates in `templates/` do."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import pandas as pd
 
@@ -18,7 +19,7 @@ from ..evaluators.metamorphic_relation import same_call
 from ..model.outcomes import BLOCKING_ORDER, EXCLUDED, FAIL, MISSING, PASS
 from ..model.trajectory import first_difference
 from ..store.layout import StoredTableError, read_table, table_path
-from ..store.tables import rows_from_frame
+from ..store.tables import FAULT_REPLAY_NESTED, from_json_text, null_to_none, rows_from_frame
 from .charts import Chart, gate_chart, slices_chart
 from .results import VersionResults, compared_paths, scripted_events, tool_calls
 from .spend import VersionSpend, version_spend
@@ -221,17 +222,59 @@ def replays_by_case(replays: Iterable[dict[str, Any]] | None) -> dict[tuple[str,
     return {(row["case_id"], row["criterion"]): row for row in replays or ()}
 
 
+# What the report reads of the fault replays: what a panel shows of them, and which run made each.
+REPORT_REPLAY_FIELDS = (
+    "case_id", "criterion", "tool", "faulted_call_index", "checkpoint", "control_trajectory", "faulted_trajectory",
+    "faulted_output", "replayed_by_run",
+)
+
+
+class StoredReplays(Mapping):
+    """A version's fault replays as read (JSON as text), by (case, criterion): a row is decoded
+    only when a panel shows it, so a report that reuses its panels decodes none. Read as
+    `replays_by_case` reads plain rows (the last row of a case and criterion counts)."""
+
+    def __init__(self, frame: pd.DataFrame | None):
+        present = [] if frame is None else [name for name in REPORT_REPLAY_FIELDS if name in frame.columns]
+        self._columns = {name: null_to_none(frame[name]) for name in present}
+        keys = zip(self.column("case_id"), self.column("criterion"))
+        self._at = {key: position for position, key in enumerate(keys)}
+        self._of_case: dict[str, list[int]] = {}
+        for (case_id, _), position in self._at.items():
+            self._of_case.setdefault(case_id, []).append(position)
+
+    def column(self, name: str) -> list[Any]:
+        return self._columns.get(name, [])
+
+    def __getitem__(self, key: tuple[str, str]) -> dict[str, Any]:
+        position = self._at[key]
+        return {
+            name: from_json_text(values[position]) if name in FAULT_REPLAY_NESTED else values[position]
+            for name, values in self._columns.items()
+        }
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        return iter(self._at)
+
+    def __len__(self) -> int:
+        return len(self._at)
+
+    def stored_values(self, case_id: str) -> list[tuple[Any, ...]]:
+        """The case's replay rows as stored (JSON as text, nothing decoded), for its panel's key."""
+        return [tuple(values[position] for values in self._columns.values()) for position in self._of_case.get(case_id, ())]
+
+
 def case_panel(
     results: VersionResults,
     case_id: str,
-    replays: Iterable[dict[str, Any]] | dict[tuple[str, str], dict[str, Any]] | None = None,
+    replays: Iterable[dict[str, Any]] | Mapping[tuple[str, str], dict[str, Any]] | None = None,
 ) -> CasePanel | None:
-    """`replays`: the version's fault replay rows (see `results.load_replays`), so a fault
-    verdict is shown beside its control replay."""
+    """`replays`: the version's fault replay rows (see `results.load_replays`, or
+    `StoredReplays`), so a fault verdict is shown beside its control replay."""
     case = results.case(case_id, PANEL_CASE_FIELDS)
     if case is None:
         return None
-    by_case = replays if isinstance(replays, dict) else replays_by_case(replays)
+    by_case = replays if isinstance(replays, Mapping) else replays_by_case(replays)
     recording = results.recording(case_id, PANEL_RUN_FIELDS) or {}
     verdicts = results.verdicts_of(case_id, PANEL_VERDICT_FIELDS)
     state_rows = [
@@ -270,19 +313,20 @@ def cases_failing_first(results: VersionResults) -> tuple[list[str], int]:
     MISSING (or whose recording failed), then the rest, each in the case set's order; and how
     many fail. Read from the verdict and run tables' columns, before any panel is built."""
     rank = {outcome: index for index, outcome in enumerate(WORST_FIRST)}
-    worst: dict[str, int] = {}
+    unranked = len(rank)
+    ranked = []  # (case id, rank) of each verdict, and of each recording that failed
     verdicts = results.verdict_table
     if not verdicts.empty:
-        for case_id, outcome in zip(verdicts["case_id"], verdicts["outcome"]):
-            worst[case_id] = min(worst.get(case_id, len(rank)), rank.get(outcome, len(rank)))
+        ranked.append(pd.DataFrame({"case_id": verdicts["case_id"], "rank": verdicts["outcome"].map(rank).fillna(unranked)}))
     runs = results.run_table
     if runs is not None and not runs.empty:
-        for case_id, status in zip(runs["case_id"], runs["status"]):
-            if status != "ok":
-                worst[case_id] = min(worst.get(case_id, len(rank)), rank[MISSING])
+        failed = (runs["status"] != "ok").to_numpy(dtype=bool)
+        ranked.append(pd.DataFrame({"case_id": runs["case_id"][failed], "rank": rank[MISSING]}))
+    frame = pd.concat(ranked, ignore_index=True) if ranked else None
+    worst = {} if frame is None or frame.empty else frame.groupby("case_id", sort=False)["rank"].min().astype(int).to_dict()
     ids = results.case_ids
-    ordered = sorted(ids, key=lambda case_id: min(worst.get(case_id, len(rank)), rank[PASS]))
-    return ordered, sum(worst.get(case_id, len(rank)) < rank[PASS] for case_id in ids)
+    ordered = sorted(ids, key=lambda case_id: min(worst.get(case_id, unranked), rank[PASS]))
+    return ordered, sum(worst.get(case_id, unranked) < rank[PASS] for case_id in ids)
 
 
 def is_fault_verdict(verdict: dict[str, Any], replay: dict[str, Any] | None) -> bool:
@@ -310,15 +354,16 @@ class FailureGroup:
         return [(case_ids, outcome, reason, summary) for (outcome, reason, summary), case_ids in alike.items()]
 
 
-def failure_groups(results: VersionResults) -> list[FailureGroup]:
-    """Rules in the gate's blocking order (FAIL first), then criteria no rule gates."""
+def failure_groups(results: VersionResults, gate: list[dict[str, Any]]) -> list[FailureGroup]:
+    """Rules in the gate's blocking order (FAIL first), then criteria no rule gates. `gate`:
+    `results.gate`, decoded once for the whole page."""
     failing: dict[str, list[dict[str, Any]]] = {}
     for verdict in results.verdicts_with(FAILING, PANEL_VERDICT_FIELDS):
         failing.setdefault(verdict["criterion"], []).append(verdict)
     order = {decision: index for index, decision in enumerate((*BLOCKING_ORDER, PASS))}
-    rules = sorted(results.gate, key=lambda rule: order.get(rule["decision"], len(order)))
+    rules = sorted(gate, key=lambda rule: order.get(rule["decision"], len(order)))
     groups = [FailureGroup(rule["metric"], rule, failing.get(rule["metric"], [])) for rule in rules]
-    gated = {rule["metric"] for rule in results.gate}
+    gated = {rule["metric"] for rule in gate}
     groups += [FailureGroup(criterion, None, found) for criterion, found in failing.items() if criterion not in gated]
     return [group for group in groups if group.verdicts or (group.rule and group.rule["decision"] != PASS)]
 
@@ -333,12 +378,14 @@ class Provenance:
     written: str
 
 
-def provenance(project_root: Path, results: VersionResults, replays: list[dict[str, Any]]) -> list[Provenance]:
+def provenance(
+    project_root: Path, results: VersionResults, replays: StoredReplays, gate: list[dict[str, Any]]
+) -> list[Provenance]:
     steps = [
         ("recorded", "recorded_runs", results.run_column("recorded_by_run")),
-        ("replayed", "fault_replays", [row.get("replayed_by_run") for row in replays]),
+        ("replayed", "fault_replays", replays.column("replayed_by_run")),
         ("judged", "verdicts", results.verdict_column("judged_by_run")),
-        ("gate decided", "gate", [row.get("judged_by_run") for row in results.gate][:1]),
+        ("gate decided", "gate", [row.get("judged_by_run") for row in gate][:1]),
     ]
     found = []
     for step, table, run_ids in steps:
@@ -425,24 +472,25 @@ class ReportView:
 def report_view(
     results: VersionResults,
     project_name: str,
-    replays: list[dict[str, Any]],
+    replays: StoredReplays,
     project_root: Path | None,
     trials: list[CriterionTrials] | None,
 ) -> ReportView:
+    gate = results.gate  # decoded once: every part above the cases reads it
     return ReportView(
         project_name=project_name,
         version=results.version,
         decision=results.gate_decision,
-        gate_reasons=results.gate[0]["gate_reasons"] if results.gate else ["release.yaml has no rules, so nothing is gated"],
-        sources=provenance(project_root, results, replays) if project_root is not None else [],
+        gate_reasons=gate[0]["gate_reasons"] if gate else ["release.yaml has no rules, so nothing is gated"],
+        sources=provenance(project_root, results, replays, gate) if project_root is not None else [],
         written_at=datetime.now(timezone.utc).strftime(TIME_FORMAT),
-        failure_groups=failure_groups(results),
-        gate=results.gate,
-        gate_chart=gate_chart(results),
+        failure_groups=failure_groups(results, gate),
+        gate=gate,
+        gate_chart=gate_chart(gate),
         trials=trials,
         validity=derived_validity(results),
         slices=slices_view(results.slices),
         spend=version_spend(results.run_table),
         criteria=sorted(set(results.verdict_table["criterion"])) if not results.verdict_table.empty else [],
-        rule_criteria=[(rule["rule_id"], rule["metric"]) for rule in results.gate],
+        rule_criteria=[(rule["rule_id"], rule["metric"]) for rule in gate],
     )

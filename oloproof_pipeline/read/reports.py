@@ -11,35 +11,41 @@ from __future__ import annotations
 
 import html
 import os
+import shutil
+from contextlib import suppress
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
 import pandas as pd
-from jinja2 import Environment, PackageLoader
+import jinja2
+from jinja2 import Environment, FileSystemBytecodeCache, PackageLoader
+from jinja2.bccache import Bucket
 from jinja2.ext import Extension
 from markupsafe import Markup
 
 from ..decide.formatting import format_interval, format_rate
 from ..decide.trials import CriterionTrials, project_trial_summaries
 from ..model.config import Project
-from ..model.fingerprints import frame_digest
+from ..model.fingerprints import frame_digest, producer_code_version
 from ..project import load_project
-from ..store.layout import read_table, reports_dir, table_path, write_text_file
+from ..store.layout import compiled_templates_dir, read_table, reports_dir, table_path, write_text_file
 from . import charts
+from .panels import PANELS_AT_ONCE, PanelKeys, PanelStore
 from .report_view import (
     FAILING,
     PANEL_CASE_FIELDS,
     PANEL_VERDICT_FIELDS,
+    REPORT_REPLAY_FIELDS,
     REPORT_RUN_FIELDS,
     REPORT_VALIDITY_FIELDS,
+    StoredReplays,
     case_panel,
     cases_failing_first,
-    replays_by_case,
     report_view,
     verdict_summary,
 )
-from .results import VersionResults, load_replays
+from .results import VersionResults
 from .wording import GATE_COLUMNS, METHOD_NAMES, call_text, flagged_buckets, json_text, rule_cells, short_run_id
 
 if TYPE_CHECKING:  # the comparison needs scipy (Tango's interval): only `report --compare` imports it
@@ -52,7 +58,7 @@ __all__ = [
     "REPORTED_VERDICT_COLUMNS", "report_inputs_digest", "report_is_current", "report_path", "stored_trial_summaries",
     "stored_trials", "write_html_report",
     # re-exported for their callers
-    "GATE_COLUMNS", "METHOD_NAMES", "PANEL_CASE_FIELDS", "PANEL_VERDICT_FIELDS", "REPORT_RUN_FIELDS",
+    "GATE_COLUMNS", "METHOD_NAMES", "PANEL_CASE_FIELDS", "PANEL_VERDICT_FIELDS", "REPORT_REPLAY_FIELDS", "REPORT_RUN_FIELDS",
     "REPORT_VALIDITY_FIELDS", "call_text", "case_panel", "flagged_buckets", "format_rate", "rule_cells", "short_run_id",
 ]
 
@@ -91,14 +97,45 @@ def escaped(value: Any) -> Markup:
     return _escaped("" if value is None else str(value))
 
 
-@lru_cache(maxsize=1)
-def environment() -> Environment:
+class CompiledTemplates(FileSystemBytecodeCache):
+    """The templates as compiled, kept in the project between runs (compiling them costs a
+    run a tenth of a second or more). Jinja2 checks each template's source; the folder is
+    named for the report's code and the Jinja2 release, which decide how a source compiles
+    (the `Spaceless` extension, the options), so a compiled template is always one the current
+    code would compile. Folders of other code are removed when this one is written; a file
+    that cannot be read or written costs the compiling, never the report."""
+
+    def __init__(self, project_root: Path):
+        folders = compiled_templates_dir(project_root)
+        self.folder = folders / f"{producer_code_version('report')}-jinja{jinja2.__version__}"
+        super().__init__(str(self.folder))
+
+    def load_bytecode(self, bucket: Bucket) -> None:
+        try:
+            super().load_bytecode(bucket)
+        except (OSError, EOFError, ValueError, TypeError):  # cut short or not bytecode: compiled again
+            bucket.reset()
+
+    def dump_bytecode(self, bucket: Bucket) -> None:
+        with suppress(OSError):
+            if not self.folder.is_dir():
+                for other in self.folder.parent.glob("*"):
+                    shutil.rmtree(other, ignore_errors=True)
+                self.folder.mkdir(parents=True, exist_ok=True)
+            super().dump_bytecode(bucket)
+
+
+@lru_cache(maxsize=None)
+def environment(project_root: Path | None = None) -> Environment:
+    """The report's templates and their filters; with `project_root`, compiled once per code
+    version and kept in the project (`CompiledTemplates`)."""
     env = Environment(
         loader=PackageLoader("oloproof_pipeline.read", "templates"),
         autoescape=True,
         finalize=escaped,
         keep_trailing_newline=True,  # report.css and report.js end with a line break
         extensions=[Spaceless],
+        bytecode_cache=CompiledTemplates(project_root) if project_root is not None else None,
     )
     env.filters.update(
         json=json_text,
@@ -122,29 +159,61 @@ def report_parts(
     results: VersionResults,
     project_name: str,
     *,
-    replays: list[dict[str, Any]] | None = None,
+    replays: pd.DataFrame | None = None,
     project_root: Path | None = None,
     dagster_url: str | None = None,
     inputs_digest: str | None = None,
     trials: list[CriterionTrials] | None = None,
     comparison: ComparisonView | None = None,
+    panels: PanelStore | None = None,
 ) -> Iterator[str]:
     """The report, a piece at a time: one case's panel is built (and its rows decoded) only
     while its section is written, so a large suite is never held as panels or as one string.
-    The failing cases come first; `comparison` adds the page against another version."""
-    replays = replays or []
-    by_case = replays_by_case(replays)
+    The failing cases come first; `comparison` adds the page against another version.
+    `replays`: the version's fault replays (their `REPORT_REPLAY_FIELDS` at least). With
+    `panels`, a panel kept under its key is copied, not rendered, and the report's panels are
+    kept once it is all written."""
+    stored_replays = StoredReplays(replays)
     ordered, failing = cases_failing_first(results)
-    panels = (case_panel(results, case_id, by_case) for case_id in ordered)
-    return environment().get_template("report.html.j2").generate(
-        view=report_view(results, project_name, replays, project_root, trials),
-        panels=(panel for panel in panels if panel is not None),
+    dagster_url = dagster_url.rstrip("/") if dagster_url else None
+    env = environment(project_root)
+    yield from env.get_template("report.html.j2").generate(
+        view=report_view(results, project_name, stored_replays, project_root, trials),
+        panel_sections=panel_sections(env, results, ordered, stored_replays, dagster_url, panels),
         case_count=len(ordered),
         failing_count=failing,
         comparison=comparison,
-        dagster_url=dagster_url.rstrip("/") if dagster_url else None,
+        dagster_url=dagster_url,
         inputs_digest=inputs_digest,
     )
+    if panels is not None:
+        panels.finish()
+
+
+def panel_sections(
+    env: Environment, results: VersionResults, case_ids: list[str], replays: StoredReplays, dagster_url: str | None,
+    panels: PanelStore | None,
+) -> Iterator[Markup]:
+    """Each case's section, in order: the one kept under its key, else rendered (and kept).
+    Looked up a batch of cases at a time, so only a batch of panels is ever held."""
+    # The panel macro alone, in the context the page gives it (its run links need the URL).
+    case_section = env.get_template("case.html.j2").make_module({"dagster_url": dagster_url}).case_section
+    keys = PanelKeys(results, replays, dagster_url) if panels is not None else None
+    for start in range(0, len(case_ids), PANELS_AT_ONCE):
+        batch = case_ids[start : start + PANELS_AT_ONCE]
+        batch_keys = [keys.key(case_id) for case_id in batch] if keys is not None else [None] * len(batch)
+        kept = panels.kept(batch_keys) if panels is not None else {}
+        for case_id, key in zip(batch, batch_keys):
+            if key in kept:
+                yield Markup(kept[key])
+                continue
+            panel = case_panel(results, case_id, replays)
+            if panel is None:
+                continue
+            section = case_section(panel)
+            if panels is not None:
+                panels.put(key, case_id, str(section))
+            yield section
 
 
 def report_path(project_root: Path, version: str, base: str | None = None) -> Path:
@@ -160,24 +229,32 @@ def write_html_report(
     project_name: str,
     path: Path | None = None,
     *,
-    replays: list[dict[str, Any]] | None = None,
+    replays: pd.DataFrame | None = None,
     inputs_digest: str | None = None,
     trials: list[CriterionTrials] | None = None,
     comparison: ComparisonView | None = None,
+    panels: PanelStore | None = None,
 ) -> Path:
     """One self-contained HTML file: no network is needed to view it. `replays` default to
-    the version's stored fault replays. Written a piece at a time. With `comparison`, the
-    version's report with its cases against another version's (by default beside the
-    version's own report, named for both)."""
+    the version's stored fault replays. Written a piece at a time, each case's panel copied
+    from the version's kept panels while what it shows is unchanged (`panels`: by default the
+    version's own, `read/panels.py`). With `comparison`, the version's report with its cases
+    against another version's (by default beside the version's own report, named for both)."""
     if path is None:
         path = report_path(project_root, results.version, comparison.base.version if comparison else None)
     if replays is None:
-        replays = load_replays(project_root, results.version)
+        replays = read_table(project_root, "fault_replays", results.version)
+    if panels is None:
+        panels = PanelStore.of_version(project_root, results.version)
     parts = report_parts(
         results, project_name, replays=replays, project_root=project_root,
         dagster_url=os.environ.get(DAGSTER_URL_ENV), inputs_digest=inputs_digest, trials=trials, comparison=comparison,
+        panels=panels,
     )
-    write_text_file(path, parts)
+    try:
+        write_text_file(path, parts)
+    finally:
+        panels.close()
     return path
 
 

@@ -3,18 +3,20 @@ only when what it shows changed, reading only the columns it shows."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from ..decide.trials import CriterionTrials
 from ..model.config import Project
-from ..store import tables
 from ..store.reuse import previous
 from ..store.stored import StoredTable
+from .panels import PanelStore
 from .reports import (
     PANEL_CASE_FIELDS,
     PANEL_VERDICT_FIELDS,
+    REPORT_REPLAY_FIELDS,
     REPORT_RUN_FIELDS,
     REPORT_VALIDITY_FIELDS,
     REPORTED_CASE_COLUMNS,
@@ -26,15 +28,32 @@ from .reports import (
     report_path,
     write_html_report,
 )
-from .results import replay_rows, results_from_tables
+from .results import results_from_tables
+
+
+@dataclass(frozen=True)
+class VersionReport:
+    """Where the report is, whether it was written now, and how many of its case panels were
+    rendered (the others were copied as kept: `read/panels.py`)."""
+
+    path: Path
+    written: bool
+    panels_rendered: int = 0
+    panels_reused: int = 0
+
+    def panels_line(self) -> str:
+        if not self.written:
+            return f"{self.path.name}: kept, nothing it shows changed"
+        return f"{self.path.name}: {self.panels_rendered} case panels rendered, {self.panels_reused} kept as rendered before"
 
 
 def write_version_report(
     project: Project, stored: dict[str, StoredTable], version: str, gate: pd.DataFrame,
     trials: list[CriterionTrials] | None = None,
-) -> tuple[Path, bool]:
-    """The version's HTML report, written again only when what it shows changed: (path, written).
-    `stored` as `store.reuse.stored_tables` gives them; `gate` is the version's gate table."""
+) -> VersionReport:
+    """The version's HTML report, written again only when what it shows changed, and then
+    rendering only the case panels whose cases changed. `stored` as
+    `store.reuse.stored_tables` gives them; `gate` is the version's gate table."""
     runs, replays, verdicts = stored["recorded_runs"], stored["fault_replays"], stored["verdicts"]
     slices = previous(stored["slices"], "slices read")
     inputs_digest = report_inputs_digest(
@@ -45,14 +64,15 @@ def write_version_report(
     )
     path = report_path(project.root, version)
     if report_is_current(path, inputs_digest):
-        return path, False
+        return VersionReport(path, False)
     results = results_from_tables(  # only the columns a report shows are read
         version, cases=stored["cases"].columns(*PANEL_CASE_FIELDS, *REPORT_VALIDITY_FIELDS), derived_cases=None,
         recorded_runs=runs.columns(*REPORT_RUN_FIELDS) if runs.exists else None,
         verdicts=verdicts.columns(*PANEL_VERDICT_FIELDS), gate=gate, slices=slices,
     )
-    replay_table = replays.whole(tables.FAULT_REPLAYS_SCHEMA) if replays.exists else None
+    panels = PanelStore.of_version(project.root, version)
     report = write_html_report(
-        project.root, results, project.name, replays=replay_rows(replay_table), inputs_digest=inputs_digest, trials=trials
+        project.root, results, project.name, replays=replays.columns(*REPORT_REPLAY_FIELDS) if replays.exists else None,
+        inputs_digest=inputs_digest, trials=trials, panels=panels,
     )
-    return report, True
+    return VersionReport(report, True, panels.rendered, panels.reused)

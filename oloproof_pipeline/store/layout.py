@@ -143,6 +143,16 @@ def reports_dir(project_root: Path) -> Path:
     return output_dir(project_root) / "reports"
 
 
+def compiled_templates_dir(project_root: Path) -> Path:
+    """The report's templates as Jinja2 compiled them, kept between runs (`read/reports.py`)."""
+    return reports_dir(project_root) / "compiled_templates"
+
+
+def report_panels_path(project_root: Path, version: str) -> Path:
+    """The case panels of a version's report as last rendered, by what each shows (`read/panels.py`)."""
+    return reports_dir(project_root) / "panels" / f"{checked_partition(version)}.sqlite"
+
+
 def journal_dir(project_root: Path) -> Path:
     return output_dir(project_root) / "journal"
 

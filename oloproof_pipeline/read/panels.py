@@ -1,0 +1,190 @@
+"""Each case's panel as last rendered, kept by a key of everything it shows and of the code
+that renders it, so a report written again renders only the panels whose case changed and
+copies the rest: a run with one case added renders that case's panels, not the suite's.
+
+A panel is a pure function of its case's stored values (the case, its recording, its verdicts,
+its fault replays, a copy's source recording), the Dagster URL its run links point to, and the
+report's code (`read/`, `decide/`, `model/`, templates included) with the Jinja2 release: the
+key is a digest of exactly those, taken from the stored text without decoding anything, so a
+kept panel is always one the current code would render. One SQLite file per version
+(`store.layout.report_panels_path`) holds the panels of the report last written, no others.
+It is a cache: one that cannot be read is made again, one that cannot be written costs the
+next report its reuse (a warning says so), never the report.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import sqlite3
+from contextlib import suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import jinja2
+
+from ..model.fingerprints import producer_code_version, row_key
+from ..store.layout import report_panels_path
+from ..store.tables import null_to_none
+from .report_view import PANEL_CASE_FIELDS, PANEL_RUN_FIELDS, PANEL_VERDICT_FIELDS, StoredReplays
+from .results import VersionResults
+
+log = logging.getLogger(__name__)
+
+PANEL_KEY_TAG = "report_panel/v1"
+# Panels looked up, and panels rendered since the last write, this many at a time.
+PANELS_AT_ONCE = 256
+
+
+class PanelKeys:
+    """Each case's panel key, from the stored values the panel shows: each table row's values
+    are spelled out (`repr`, which escapes every control character, so `row_key`'s separator
+    never occurs inside one) and digested once, and indexed by case; no row is decoded, and
+    only the rows' digests are held."""
+
+    def __init__(self, results: VersionResults, replays: StoredReplays, dagster_url: str | None):
+        cases = results.case_table
+        case_columns = [null_to_none(cases[name]) if name in cases.columns else [None] * len(cases) for name in PANEL_CASE_FIELDS]
+        self._cases = dict(zip(case_columns[0], row_digests(case_columns)))
+        self._sources = dict(zip(case_columns[0], case_columns[1]))
+        runs = [results.run_column(name) for name in PANEL_RUN_FIELDS] if results.run_table is not None else []
+        self._runs = dict(zip(results.run_column("case_id"), row_digests(runs)))
+        self._verdicts: dict[str, Any] = {}  # case id -> a digest of its verdict rows, in order
+        for case_id, verdict in zip(results.verdict_column("case_id"), zip(*(results.verdict_column(name) for name in PANEL_VERDICT_FIELDS))):
+            hashed = self._verdicts.get(case_id)
+            if hashed is None:
+                hashed = self._verdicts[case_id] = hashlib.sha256()
+            hashed.update(repr(verdict).encode("utf-8"))
+        self._replays = replays
+        self._code = (PANEL_KEY_TAG, producer_code_version("report"), jinja2.__version__, repr(dagster_url))
+
+    def key(self, case_id: str) -> str:
+        source_id = self._sources[case_id]
+        return row_key(
+            *self._code,
+            self._cases[case_id],
+            self._runs.get(case_id),
+            self._verdicts[case_id].hexdigest() if case_id in self._verdicts else None,
+            repr(self._replays.stored_values(case_id)),
+            self._runs.get(source_id) if source_id else None,  # a copy's pair shows its source's calls
+        )
+
+
+def row_digests(columns: list[list[Any]]) -> Iterator[str]:
+    """A digest of each row of these columns (one value from each, in order)."""
+    return map(row_key, map(repr, zip(*columns)))
+
+
+@dataclass
+class PanelStore:
+    """The version's kept panels (`kept`), the ones rendered now (`put`, written a batch at a
+    time), and, once the report is written, only this report's panels kept (`finish`)."""
+
+    path: Path
+    rendered: int = 0
+    reused: int = 0
+    _connection: sqlite3.Connection | None = field(default=None, repr=False)
+    _pending: list[tuple[str, str, str]] = field(default_factory=list, repr=False)
+    _shown: list[str] = field(default_factory=list, repr=False)
+    _broken: bool = field(default=False, repr=False)
+
+    @classmethod
+    def of_version(cls, project_root: Path, version: str) -> "PanelStore":
+        return cls(report_panels_path(project_root, version))
+
+    def _open(self) -> sqlite3.Connection | None:
+        if self._connection is None and not self._broken:
+            try:
+                self._connection = self._connect()
+            except sqlite3.OperationalError as error:  # locked, or a folder that cannot be written
+                self._give_up(error)
+            except sqlite3.DatabaseError:  # not a database any more: made again
+                with suppress(OSError):
+                    self.path.unlink(missing_ok=True)
+                try:
+                    self._connection = self._connect()
+                except (sqlite3.Error, OSError) as error:
+                    self._give_up(error)
+            except OSError as error:
+                self._give_up(error)
+        return self._connection
+
+    def _connect(self) -> sqlite3.Connection:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        connection = sqlite3.connect(self.path, timeout=30)
+        try:
+            connection.execute("CREATE TABLE IF NOT EXISTS panels (key TEXT PRIMARY KEY, case_id TEXT, html TEXT)")
+            connection.execute("SELECT key FROM panels LIMIT 1").fetchall()
+        except sqlite3.Error:
+            connection.close()
+            raise
+        return connection
+
+    def _give_up(self, error: BaseException) -> None:
+        """The panels are rendered from here on, none kept; a file that is no database (any
+        more) is removed, so the next report makes it again."""
+        log.warning(f"{self.path}: the report's case panels cannot be kept ({error}); they are rendered")
+        self._broken = True
+        if self._connection is not None:
+            with suppress(sqlite3.Error):
+                self._connection.close()
+        self._connection = None
+        if isinstance(error, sqlite3.DatabaseError) and not isinstance(error, sqlite3.OperationalError):
+            with suppress(OSError):
+                self.path.unlink(missing_ok=True)
+
+    def kept(self, keys: list[str]) -> dict[str, str]:
+        """key -> panel, of those of `keys` that are kept (the others are to be rendered)."""
+        self._shown += keys
+        connection = self._open()
+        if connection is None or not keys:
+            return {}
+        marks = ", ".join("?" * len(keys))
+        try:
+            found = dict(connection.execute(f"SELECT key, html FROM panels WHERE key IN ({marks})", keys).fetchall())
+        except sqlite3.Error as error:
+            self._give_up(error)
+            return {}
+        self.reused += len(found)
+        return found
+
+    def put(self, key: str, case_id: str, html: str) -> None:
+        """A panel just rendered (none was kept under its key)."""
+        self.rendered += 1
+        if not self._broken:
+            self._pending.append((key, case_id, html))
+            if len(self._pending) >= PANELS_AT_ONCE:
+                self._write()
+
+    def _write(self) -> None:
+        connection, pending, self._pending = self._open(), self._pending, []
+        if connection is None or not pending:
+            return
+        try:
+            with connection:
+                connection.executemany("INSERT OR REPLACE INTO panels (key, case_id, html) VALUES (?, ?, ?)", pending)
+        except sqlite3.Error as error:
+            self._give_up(error)
+
+    def finish(self) -> None:
+        """The report is written: its panels kept, every other one dropped."""
+        self._write()
+        connection = self._open()
+        if connection is None:
+            return
+        try:
+            with connection:
+                connection.execute("CREATE TEMP TABLE IF NOT EXISTS shown (key TEXT PRIMARY KEY)")
+                connection.execute("DELETE FROM shown")
+                connection.executemany("INSERT OR IGNORE INTO shown (key) VALUES (?)", ((key,) for key in self._shown))
+                connection.execute("DELETE FROM panels WHERE key NOT IN (SELECT key FROM shown)")
+        except sqlite3.Error as error:
+            self._give_up(error)
+
+    def close(self) -> None:
+        if self._connection is not None:
+            with suppress(sqlite3.Error):
+                self._connection.close()
+            self._connection = None
+
