@@ -80,3 +80,21 @@ def test_a_cli_edit_reuses_everything_and_a_runner_edit_re_records_every_case_na
     assert (after_runner["counts"]["cases_recorded"], after_runner["counts"]["cases_reused"]) == (CASES, 0)
     assert after_runner["counts"]["verdicts_judged"] == VERDICTS
     assert f"{CASES} cases re-recorded: system code changed ((oloproof_pipeline)/run/runner.py)" in after_runner["why"]
+
+
+def test_the_same_pipeline_installed_elsewhere_keys_the_verdicts_alike(refund_desk, pipeline_copy):
+    """The evaluators' code is named in their verdicts' key as the package names it, not by
+    where it is installed: the same code in another folder re-judges nothing."""
+    def digests(pipeline: Path | None) -> list[str]:
+        environment_here = environment(pipeline) if pipeline else {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+        done = subprocess.run(
+            [sys.executable, "-c", "import json; import oloproof_pipeline as package; "
+             "from oloproof_pipeline.evaluators.judging import evaluator_digests; from oloproof_pipeline.project import load_project; "
+             "print(json.dumps([package.__file__, evaluator_digests(load_project('.'))]))"],
+            cwd=refund_desk, env=environment_here, capture_output=True, text=True, check=True,
+        )
+        return json.loads(done.stdout)
+
+    installed, copied = digests(None), digests(pipeline_copy)
+    assert Path(copied[0]).is_relative_to(pipeline_copy) and not Path(installed[0]).is_relative_to(pipeline_copy)
+    assert copied[1] == installed[1]

@@ -382,8 +382,17 @@ def copies_inputs_digest(project: Project, cases: pd.DataFrame) -> str:
 def evaluator_digest(config: dict[str, Any], code_files: Iterable[Path], project_root: Path) -> str:
     """An evaluator's configuration, the source of its code and of any project module it runs
     (a python grader's), and the judging code's version: a change to any re-judges its verdicts."""
-    code = {relative_name(path, project_root): file_digest(path) for path in code_files if path.is_file()}
+    code = {code_file_name(path, project_root): file_digest(path) for path in code_files if path.is_file()}
     return digest(EVALUATOR_TAG, {"config": config, "code": code, "pipeline": producer_code_version("verdicts")})
+
+
+def code_file_name(path: Path, project_root: Path) -> str:
+    """A file of code as a digest names it: the pipeline's own under `PIPELINE_ENTRY`, wherever
+    the package is installed (so moving an install re-judges nothing), else `relative_name`."""
+    resolved = path.resolve()
+    if resolved.is_relative_to(PACKAGE):
+        return f"{PIPELINE_ENTRY}/{resolved.relative_to(PACKAGE).as_posix()}"
+    return relative_name(resolved, project_root)
 
 
 # -- keys ------------------------------------------------------------------------------------
