@@ -78,8 +78,9 @@ def model_schema(model: type[BaseModel], *extra: pa.Field) -> pa.Schema:
 CASES_SCHEMA = model_schema(CaseRecord)
 # The metamorphic copies: the `cases` columns, then each pair's digests and label status, and
 # what the copies were made from (the cases, the transforms, the label files): while that
-# holds, a rerun reuses them as they are.
-DERIVED_CASES_SCHEMA = model_schema(DerivedCaseRecord, pa.field("inputs_digest", TEXT))
+# holds, a rerun reuses them as they are. While its `copy_key` holds (its source's row, its
+# transform, the code: store/copies.py) a copy is kept when other cases changed.
+DERIVED_CASES_SCHEMA = model_schema(DerivedCaseRecord, pa.field("inputs_digest", TEXT), pa.field("copy_key", TEXT))
 # Exploratory rates per slice bucket and criterion; never gated.
 SLICES_SCHEMA = pa.schema(
     [
@@ -179,7 +180,7 @@ TABLE_SCHEMAS["case_certification"] = CERTIFICATION_SCHEMA
 # is still that table (it reads them as nulls, so nothing in it is reused without a key).
 CACHE_KEY_COLUMNS = frozenset(
     {"code_fingerprint", "code_files", "recording_key", "evaluator_digest", "inputs_key", "judging_digest", "inputs_digest",
-     "reference_key", "simulator_digest"}
+     "reference_key", "simulator_digest", "copy_key"}
 )
 
 
