@@ -42,8 +42,9 @@ from ..store.tables import (
 from .base import Evaluator, JudgingContext
 
 # Clusters (a source and its copies) judged together: a copy is judged against its source's
-# recording, and the models of one chunk are dropped before the next is parsed.
-CLUSTERS_PER_CHUNK = 250
+# recording, and the models of one chunk are dropped before the next is parsed. Small, as the
+# recordings' parsed trajectories are most of a run's transient memory.
+CLUSTERS_PER_CHUNK = 50
 JUDGED, REJUDGED = "judged", "re-judged"
 
 
@@ -326,6 +327,7 @@ def judge_verdict_table(
     summary.has_model_judges = any(evaluator.calls_model for evaluator in project.evaluators)
     summary.judged = len(entries)
     summary.judged_by_criterion.update(null_to_none(to_judge["criterion"]))
+    del wanted, to_judge  # the keys of every verdict: not needed to put the table together
     reused = np.flatnonzero(reuse)
     parts = [(new, range(len(new)), new_slots)]
     if len(reused):

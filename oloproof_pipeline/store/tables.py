@@ -36,6 +36,15 @@ SCALAR_TYPES = {str: TEXT, int: INT, float: FLOAT, bool: BOOL}
 if "ARROW_DEFAULT_MEMORY_POOL" not in os.environ:
     pa.set_memory_pool(pa.system_memory_pool())
 
+# glibc raises its mmap threshold each time a large block is freed (up to 32 MiB): from then on
+# the tables' buffers and a stage's large objects come from the heap, where a few live blocks
+# keep whole freed stretches resident. A fixed threshold keeps blocks of 128 KiB or more in
+# mappings of their own, handed back as soon as they are freed (unless a user chose one).
+M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES = -3, 128 * 1024
+if sys.platform.startswith("linux") and "MALLOC_MMAP_THRESHOLD_" not in os.environ:
+    with suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
+
 
 def return_freed_memory() -> None:
     """Hand what a finished stage freed back to the operating system. glibc keeps freed pages
@@ -295,10 +304,26 @@ def rows_in_order(parts: list[tuple[pd.DataFrame, Any, Any]], schema: pa.Schema)
         whole = np.arange(len(frame))
         if len(positions) == len(frame) and (positions == whole).all() and (slots == whole).all():
             return frame if list(frame.columns) == columns else frame.reindex(columns=columns)
-    pieces = [frame.reindex(columns=columns).iloc[positions] for frame, positions, _ in parts]
-    combined = pd.concat(pieces, ignore_index=True) if len(pieces) > 1 else pieces[0].reset_index(drop=True)
+    # Taken in Arrow, once: the parts are seen as Arrow columns without a copy, and the rows
+    # wanted are copied once, in their final order (pandas would copy each part, the
+    # concatenation and the reordering in turn: a large table three times over).
+    tables = [arrow_columns(frame, schema) for frame, _, _ in parts]
+    starts = np.cumsum([0] + [table.num_rows for table in tables[:-1]])
+    taken = np.concatenate([start + positions for start, (_, positions, _) in zip(starts, parts)])
     slots = np.concatenate([slots for _, _, slots in parts])
-    return combined.iloc[np.argsort(slots, kind="stable")].reset_index(drop=True)
+    order = taken[np.argsort(slots, kind="stable")]
+    return pa.concat_tables(tables).take(pa.array(order, type=pa.int64())).to_pandas()
+
+
+def arrow_columns(frame: pd.DataFrame, schema: pa.Schema) -> pa.Table:
+    """The frame's columns as `schema`'s (nulls for any it lacks), sharing its memory where
+    the types agree (text is Arrow-backed in pandas)."""
+    present = [name for name in schema.names if name in frame.columns]
+    table = pa.Table.from_pandas(frame[present], schema=pa.schema([schema.field(name) for name in present]), preserve_index=False)
+    return pa.table(
+        [table.column(name) if name in present else pa.nulls(len(frame), schema.field(name).type) for name in schema.names],
+        schema=schema,
+    )
 
 
 def with_values(frame: pd.DataFrame, column: str, values: Any) -> pd.DataFrame:
