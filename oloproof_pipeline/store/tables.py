@@ -293,26 +293,35 @@ def rows_in_order(parts: list[tuple[pd.DataFrame, Any, Any]], schema: pa.Schema)
     """A table assembled from parts, each `(frame, positions, slots)`: the frame's rows at
     `positions` become the output's rows at `slots` (together, 0 to n-1). A part that is the
     whole output already, in order (a rerun that changed nothing), is returned as it is: a
-    large stored table is not copied to be written back unchanged."""
+    large stored table is not copied to be written back unchanged. The list is emptied as it
+    is read: a part's frame that no one else holds is let go a column at a time as the output
+    takes its rows."""
     columns = schema.names
-    parts = [(frame, np.asarray(positions, dtype=np.int64), np.asarray(slots, dtype=np.int64)) for frame, positions, slots in parts]
-    parts = [part for part in parts if len(part[1])]
-    if not parts:
+    taken_parts = [(frame, np.asarray(positions, dtype=np.int64), np.asarray(slots, dtype=np.int64)) for frame, positions, slots in parts]
+    parts.clear()
+    taken_parts = [part for part in taken_parts if len(part[1])]
+    if not taken_parts:
         return frame_from_rows([], schema)
-    if len(parts) == 1:
-        frame, positions, slots = parts[0]
+    if len(taken_parts) == 1:
+        frame, positions, slots = taken_parts[0]
         whole = np.arange(len(frame))
         if len(positions) == len(frame) and (positions == whole).all() and (slots == whole).all():
             return frame if list(frame.columns) == columns else frame.reindex(columns=columns)
     # Taken in Arrow, once: the parts are seen as Arrow columns without a copy, and the rows
-    # wanted are copied once, in their final order (pandas would copy each part, the
-    # concatenation and the reordering in turn: a large table three times over).
-    tables = [arrow_columns(frame, schema) for frame, _, _ in parts]
+    # wanted are copied once, in their final order, a column at a time (pandas would copy each
+    # part, the concatenation and the reordering in turn: a large table three times over).
+    tables = [arrow_columns(frame, schema) for frame, _, _ in taken_parts]
     starts = np.cumsum([0] + [table.num_rows for table in tables[:-1]])
-    taken = np.concatenate([start + positions for start, (_, positions, _) in zip(starts, parts)])
-    slots = np.concatenate([slots for _, _, slots in parts])
-    order = taken[np.argsort(slots, kind="stable")]
-    return pa.concat_tables(tables).take(pa.array(order, type=pa.int64())).to_pandas()
+    taken = np.concatenate([start + positions for start, (_, positions, _) in zip(starts, taken_parts)])
+    order = pa.array(taken[np.argsort(np.concatenate([slots for _, _, slots in taken_parts]), kind="stable")], type=pa.int64())
+    del taken_parts
+    combined = pa.concat_tables(tables)
+    del tables
+    ordered = []
+    for _ in columns:
+        ordered.append(combined.column(0).take(order))
+        combined = combined.remove_column(0)
+    return pa.table(ordered, schema=schema).to_pandas()
 
 
 def arrow_columns(frame: pd.DataFrame, schema: pa.Schema) -> pa.Table:
