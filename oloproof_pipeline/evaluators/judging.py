@@ -327,6 +327,8 @@ def judge_verdict_table(
     summary.judged = len(entries)
     summary.judged_by_criterion.update(wanted.criteria[entries].tolist())
     del wanted  # the keys of every verdict: not needed to put the table together
+    for decoded in (cases, runs, replays):  # nor the columns the judged rows were decoded from
+        decoded.forget()
     reused = np.flatnonzero(reuse)
     parts = [(new, range(len(new)), new_slots)]
     del new  # the parts' own: let go a column at a time as the table takes their rows

@@ -401,6 +401,8 @@ class ReplayStage:
         return work.decide(item.position, replay)
 
     def assemble(self, work: ReplayWork) -> tuple[pd.DataFrame, ReplaySummary]:
+        for decoded in (self.cases, self.runs):  # the columns the replays' models were made from
+            decoded.forget()
         return replay_table(work), work.summary
 
 

@@ -307,6 +307,7 @@ def rows_in_order(parts: list[tuple[pd.DataFrame, Any, Any]], schema: pa.Schema)
         whole = np.arange(len(frame))
         if len(positions) == len(frame) and (positions == whole).all() and (slots == whole).all():
             return frame if list(frame.columns) == columns else frame.reindex(columns=columns)
+        del frame
     # Taken in Arrow, once: the parts are seen as Arrow columns without a copy, and the rows
     # wanted are copied once, in their final order, a column at a time (pandas would copy each
     # part, the concatenation and the reordering in turn: a large table three times over).
