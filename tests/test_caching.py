@@ -18,8 +18,11 @@ from dagster import DagsterInstance
 from oloproof_pipeline.defs.launch import run_evaluation
 from oloproof_pipeline.evaluators.state_matches import StateComparison
 from oloproof_pipeline.model.paths import ABSENT
-from oloproof_pipeline.store import reuse
+from oloproof_pipeline.model import transforms
+from oloproof_pipeline.model.cases import load_cases
+from oloproof_pipeline.project import load_project
 from oloproof_pipeline.store.layout import reports_dir, table_path
+from oloproof_pipeline.store.tables import derived_case_table
 
 from helpers import oloproof
 from test_day_thirty import COUNT_CALLS, NEW_CASE, calls, latest
@@ -152,6 +155,11 @@ def test_adding_one_case_records_exactly_that_case_its_copies_and_its_replays(co
     verdicts = latest(instance, "verdicts")
     assert (verdicts["verdicts_judged"], verdicts["verdicts_reused"]) == (3 * CRITERIA, CASES * CRITERIA)
     assert "3 cases recorded: new case" in why(instance) and "1 replay replayed: new case" in why(instance)
+    # The copies kept from the first run and the two derived now are those a whole derivation makes.
+    stored = pd.read_parquet(table_path(counted_desk, "derived_cases")).drop(columns=["inputs_digest", "copy_key"])
+    project = load_project(counted_desk)
+    whole = derived_case_table(transforms.derive_cases(project, load_cases(project)).copies).drop(columns=["inputs_digest", "copy_key"])
+    pd.testing.assert_frame_equal(stored, whole)
 
 
 # Appended to the desk's app.py: each process that imports the system says whether pandas was
@@ -162,26 +170,32 @@ with __import__("pathlib").Path(__file__).with_name("pandas.log").open("a") as _
 """
 
 
-def test_a_launch_derives_the_copies_at_most_once_and_starts_one_worker_per_stage_that_imports_no_pandas(counted_desk, instance, monkeypatch):
-    derived: list[int] = []  # the sources of each derivation of the copies, in this process
-    derive = reuse.derive_cases
-    monkeypatch.setattr(reuse, "derive_cases", lambda project, sources: derived.append(len(sources)) or derive(project, sources))
+def test_a_launch_derives_each_copy_at_most_once_and_starts_one_worker_per_stage_that_imports_no_pandas(counted_desk, instance, monkeypatch):
+    derived: list[str] = []  # each copy derived in this process, by id
+    derive = transforms.derive_copy
+    monkeypatch.setattr(transforms, "derive_copy", lambda *args, **kwargs: noted(derived, derive(*args, **kwargs)))
     app = counted_desk / "app.py"
     app.write_text(app.read_text() + NOTE_PANDAS)
 
     evaluate(counted_desk, instance)
-    assert derived == [24]  # the launch derived them, and the run's derived_cases took the launch's
+    assert len(derived) == CASES - 24  # the launch derived them, and the run's derived_cases took the launch's
     evaluate(counted_desk, instance)
-    assert derived == [24]  # stored from the same inputs: reused, not derived to check them
+    assert len(derived) == CASES - 24  # stored from the same inputs: reused, not derived to check them
     with (counted_desk / "data" / "cases.jsonl").open("a") as cases:
         cases.write(json.dumps(NEW_CASE) + "\n")
     evaluate(counted_desk, instance)
-    assert derived == [24, 25]
+    # One case added: its two copies derived, every other copy kept as stored.
+    assert derived[CASES - 24 :] == ["ord-025~paraphrase", "ord-025~injected"]
     imported = (counted_desk / "pandas.log").read_text().split()
     assert imported and set(imported) == {"False"}, imported
     # One worker, so one import of the system, per stage that runs cases: the recordings' and the
     # replays' in the first run and in the one with a case added; none in the rerun between.
     assert len(imported) == 2 + 0 + 2
+
+
+def noted(derived: list[str], copy):
+    derived.append(copy.case_id)
+    return copy
 
 
 def test_tables_stored_before_cache_keys_are_still_read_and_their_work_done_again(counted_desk, instance):

@@ -42,8 +42,9 @@ from ..store.tables import (
 from .base import Evaluator, JudgingContext
 
 # Clusters (a source and its copies) judged together: a copy is judged against its source's
-# recording, and the models of one chunk are dropped before the next is parsed.
-CLUSTERS_PER_CHUNK = 250
+# recording, and the models of one chunk are dropped before the next is parsed. Small, as the
+# recordings' parsed trajectories are most of a run's transient memory.
+CLUSTERS_PER_CHUNK = 50
 JUDGED, REJUDGED = "judged", "re-judged"
 
 
@@ -319,18 +320,31 @@ def judge_verdict_table(
     summary = VerdictSummary(reused=int(reuse.sum()))
     entries = np.flatnonzero(~reuse)
     why_judged(wanted, entries, positions, stored, summary)
-    to_judge = wanted.frame(entries)
     spent_before = judge_spending(project.evaluators)
-    new, new_slots = judge_wanted(project, cases, runs, replays, to_judge, case_keys, version=version, judged_by_run=judged_by_run)
+    new, new_slots = judge_wanted(project, cases, runs, replays, wanted, entries, case_keys, version=version, judged_by_run=judged_by_run)
     summary.judge_spent = judge_spending(project.evaluators) - spent_before
     summary.has_model_judges = any(evaluator.calls_model for evaluator in project.evaluators)
     summary.judged = len(entries)
-    summary.judged_by_criterion.update(null_to_none(to_judge["criterion"]))
+    summary.judged_by_criterion.update(wanted.criteria[entries].tolist())
+    del wanted  # the keys of every verdict: not needed to put the table together
+    for decoded in (cases, runs, replays):  # nor the columns the judged rows were decoded from
+        decoded.forget()
     reused = np.flatnonzero(reuse)
     parts = [(new, range(len(new)), new_slots)]
+    del new  # the parts' own: let go a column at a time as the table takes their rows
     if len(reused):
         parts.append((stored.whole(VERDICTS_SCHEMA), positions[reused], reused))
     return rows_in_order(parts, VERDICTS_SCHEMA), summary
+
+
+def chunks_of_clusters(wanted: WantedVerdicts, entries: np.ndarray, case_keys: pd.DataFrame) -> list[np.ndarray]:
+    """The entries split into chunks of `CLUSTERS_PER_CHUNK` clusters (in the order their
+    clusters first appear), each in entry order."""
+    groups = np.asarray(null_to_none(case_keys["group_id"]), dtype=object)[entries // max(wanted.evaluators, 1)].tolist()
+    chunk_of = {group: index // CLUSTERS_PER_CHUNK for index, group in enumerate(dict.fromkeys(groups))}
+    numbers = np.fromiter((chunk_of[group] for group in groups), dtype=np.int64, count=len(groups))
+    order = np.argsort(numbers, kind="stable")
+    return np.split(entries[order], np.flatnonzero(np.diff(numbers[order])) + 1)
 
 
 def judge_wanted(
@@ -338,24 +352,24 @@ def judge_wanted(
     cases: StoredTable,
     runs: StoredTable,
     replays: StoredTable,
-    to_judge: pd.DataFrame,
+    wanted: WantedVerdicts,
+    entries: np.ndarray,
     case_keys: pd.DataFrame,
     *,
     version: str,
     judged_by_run: str,
 ) -> tuple[pd.DataFrame, list[int]]:
-    """Verdict rows for the (case, criterion) pairs of `to_judge`, a chunk of clusters at a
-    time; and each row's place in the table (case, then evaluator)."""
+    """Verdict rows for the wanted `entries` (case and criterion), a chunk of clusters at a
+    time, each chunk's keys made a frame only while it is judged; and each row's place in the
+    table (case, then evaluator)."""
     batches = RowBatches(VERDICTS_SCHEMA, VERDICT_NESTED)
     slots: list[int] = []
-    if to_judge.empty:
+    if not len(entries):
         return batches.frame(), slots
-    groups = case_keys["group_id"].to_numpy()
     run_positions = {case_id: position for position, case_id in enumerate(null_to_none(runs.columns("case_id")["case_id"]))}
-    replay_positions = replay_rows(replays, to_judge)
-    pairs = to_judge.assign(group=groups[to_judge["case_position"].to_numpy()])
-    chunk_of = {group: index // CLUSTERS_PER_CHUNK for index, group in enumerate(dict.fromkeys(null_to_none(pairs["group"])))}
-    for _, chunk in pairs.groupby(pairs["group"].map(chunk_of), sort=True):
+    replay_positions = replay_rows(replays)
+    for chunk_entries in chunks_of_clusters(wanted, entries, case_keys):
+        chunk = wanted.frame(chunk_entries)
         positions = sorted(set(chunk["case_position"]))
         chunk_cases = case_models(cases, positions)
         needed_runs = {case.case_id for case in chunk_cases.values()} | {
@@ -397,10 +411,9 @@ def made_from(replay: FaultReplay, recording: RecordedRun | None) -> bool:
     return recording is not None and (replay.case_digest, replay.recorded_by_run) == (recording.case_digest, recording.recorded_by_run)
 
 
-def replay_rows(replays: StoredTable, to_judge: pd.DataFrame) -> dict[tuple[str, str], int]:
-    """(case id, criterion) -> row of the replays table, for the pairs being judged."""
+def replay_rows(replays: StoredTable) -> dict[tuple[str, str], int]:
+    """(case id, criterion) -> row of the replays table (one per source case and fault plan)."""
     if not replays.exists or not len(replays):
         return {}
     keys = replays.columns("case_id", "criterion")
-    wanted = set(zip(null_to_none(to_judge["case_id"]), null_to_none(to_judge["criterion"])))
-    return {key: position for position, key in enumerate(zip(null_to_none(keys["case_id"]), null_to_none(keys["criterion"]))) if key in wanted}
+    return {key: position for position, key in enumerate(zip(null_to_none(keys["case_id"]), null_to_none(keys["criterion"])))}

@@ -235,7 +235,7 @@ class _TransformPlace:
         return f"{where}: metamorphic.transforms[{self.index}] ({self.name})"
 
 
-def _transform_places(project: Project) -> list[_TransformPlace]:
+def transform_places(project: Project) -> list[_TransformPlace]:
     config_path = project.root / PROJECT_FILE
     _, root_node = read_yaml(config_path) if config_path.is_file() else (None, None)
     return [
@@ -302,10 +302,16 @@ def load_labels(project: Project, transform: TransformConfig, place: object = No
 def label_copy(derived: DerivedCaseRecord, labels: LabelFile) -> DerivedCaseRecord:
     """The copy with its label status: only labels carrying the pair's current digest count,
     and several current labels keep the pair only if all of them say kept."""
-    naming_this_copy = labels.by_case.get(derived.case_id, [])
-    current = [label.kept for label in naming_this_copy if label.digest == derived.pair_digest]
+    status, stale = label_of(labels, derived.case_id, derived.pair_digest)
+    return derived.model_copy(update={"label_status": status, "stale_labels": stale})
+
+
+def label_of(labels: LabelFile, copy_case_id: str, copy_pair_digest: str) -> tuple[LabelStatus, int]:
+    """A copy's label status and its stale labels (those naming it under another digest)."""
+    naming_this_copy = labels.by_case.get(copy_case_id, [])
+    current = [label.kept for label in naming_this_copy if label.digest == copy_pair_digest]
     status: LabelStatus = "unlabelled" if not current else ("kept" if all(current) else "rejected")
-    return derived.model_copy(update={"label_status": status, "stale_labels": len(naming_this_copy) - len(current)})
+    return status, len(naming_this_copy) - len(current)
 
 
 # -- the derived case set ------------------------------------------------------------------
@@ -335,7 +341,7 @@ class DerivedCases:
     label_summaries: list[LabelSummary]
 
 
-def _declares_states(sources: list[CaseRecord]) -> bool:
+def declares_states(sources: list[CaseRecord]) -> bool:
     """As when the sources were loaded: the case set declares starting states if any case does."""
     return any(case.initial_state is not None for case in sources)
 
@@ -345,38 +351,50 @@ def derive_cases(project: Project, sources: list[CaseRecord]) -> DerivedCases:
     change (a field that is not a string, text left unchanged) is a configuration error; a
     transform into the starting state skips the cases whose world has nothing at its field."""
     sources = [case for case in sources if not case.is_derived]
-    declares_states = _declares_states(sources)
+    states = declares_states(sources)
     copies: list[DerivedCaseRecord] = []
     summaries: list[LabelSummary] = []
     problems: list[str] = []
-    for transform, place in zip(project.config.metamorphic.transforms, _transform_places(project)):
-        the_digest = digest_of_transform(transform)
-        made: list[DerivedCaseRecord] = []
-        for source in sources:
-            try:
-                derived = derive_copy(transform, source, declares_states=declares_states, known_digest=the_digest)
-            except TransformProblem as problem:
-                problems.append(f"{place}: {_case_place(source)}: {problem}")
-                continue
-            if derived is not None:
-                made.append(derived)
+    for transform, place in zip(project.config.metamorphic.transforms, transform_places(project)):
+        made = derive_each(transform, place, sources, declares_states=states, problems=problems)
         if problems:
             continue
         labels = load_labels(project, transform, place)
         labelled = [label_copy(derived, labels) for derived in made]
         copies.extend(labelled)
-        summaries.append(_summarise_labels(transform, labels, labelled, sources=len(sources)))
+        summaries.append(summarise_labels(
+            transform, labels, [derived.case_id for derived in labelled], sum(derived.stale_labels for derived in labelled),
+            sources=len(sources),
+        ))
     if problems:
         raise ProjectError(problems)
     return DerivedCases(copies=copies, label_summaries=summaries)
 
 
-def _summarise_labels(
-    transform: TransformConfig, labels: LabelFile, copies: list[DerivedCaseRecord], *, sources: int
+def derive_each(
+    transform: TransformConfig, place: object, sources: list[CaseRecord], *, declares_states: bool, problems: list[str]
+) -> list[DerivedCaseRecord]:
+    """The copies of `sources` under `transform`, unlabelled, in order; what it cannot change
+    is added to `problems` (`<place>: case <id> (<file>:<line>): why`)."""
+    the_digest = digest_of_transform(transform)
+    made: list[DerivedCaseRecord] = []
+    for source in sources:
+        try:
+            derived = derive_copy(transform, source, declares_states=declares_states, known_digest=the_digest)
+        except TransformProblem as problem:
+            problems.append(f"{place}: {_case_place(source)}: {problem}")
+            continue
+        if derived is not None:
+            made.append(derived)
+    return made
+
+
+def summarise_labels(
+    transform: TransformConfig, labels: LabelFile, copy_ids: list[str], stale: int, *, sources: int
 ) -> LabelSummary:
-    copy_ids = {derived.case_id for derived in copies}
-    stale = sum(derived.stale_labels for derived in copies)
-    matched = sum(len(found) for case_id, found in labels.by_case.items() if case_id in copy_ids)
+    """What the transform's label file held, over its copies (their ids, their stale labels)."""
+    ids = set(copy_ids)
+    matched = sum(len(found) for case_id, found in labels.by_case.items() if case_id in ids)
     return LabelSummary(
         transform=transform.name,
         labels_file=transform.validity_labels,
@@ -384,6 +402,6 @@ def _summarise_labels(
         counted=matched - stale,
         stale=stale,
         unmatched=labels.lines - matched,
-        copies=len(copies),
-        no_copy=sources - len(copies),
+        copies=len(copy_ids),
+        no_copy=sources - len(copy_ids),
     )

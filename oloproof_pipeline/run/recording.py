@@ -260,6 +260,7 @@ class RecordingStage:
         return row
 
     def assemble(self, recordings: Recordings) -> tuple[pd.DataFrame, RecordingSummary]:
+        self.cases.forget()  # the columns the cases recorded were made from (the keys are kept apart)
         summary = recordings.summary
         new = recordings.new[FIRST_TRIAL]
         frame = recorded_table(self.keys, recordings.plans[FIRST_TRIAL], new.frame())

@@ -29,7 +29,7 @@ from ..model.fingerprints import producer_code_version, row_key
 from ..model.outcomes import MISSING
 from ..model.records import RecordedRun, ReplayResult
 from ..model.trajectory import Checkpoint
-from ..store.decoding import case_models, replay_models, run_models
+from ..store.decoding import MODELS_AT_ONCE, case_models, replay_models, run_models
 from ..store.stored import StoredTable
 from ..store.tables import (
     FAULT_REPLAY_NESTED,
@@ -95,18 +95,41 @@ class PendingReplay:
     position: int = -1
 
 
+@dataclass(frozen=True)
+class LeftToReplay:
+    """A replay still to run, by where its case and recording are stored: they become models
+    only when a sandbox takes it (`pending_replays`), a slice at a time."""
+
+    position: int
+    case_position: int
+    run_position: int
+    plan_index: int
+    plan: FaultPlan
+    call_index: int
+    checkpoint: Checkpoint
+
+
 @dataclass
 class ReplayWork:
     """What one materialization finds, per candidate (a clean source recording under a plan,
     in case and plan order): a known row it reuses, a row decided now (judged anew, nothing to
-    replay, or replayed), or a replay still to run."""
+    replay, or replayed: kept as table rows, `decided_at` naming each one's candidate), or a
+    replay still to run."""
 
     candidates: pd.DataFrame = field(default_factory=pd.DataFrame)
     known: pd.DataFrame = field(default_factory=pd.DataFrame)
     reuse: pd.Series = field(default_factory=lambda: pd.Series(dtype=float))
-    decided: dict[int, FaultReplay] = field(default_factory=dict)
-    pending: list[PendingReplay] = field(default_factory=list)
+    decided: RowBatches = field(default_factory=lambda: RowBatches(FAULT_REPLAYS_SCHEMA, FAULT_REPLAY_NESTED))
+    decided_at: list[int] = field(default_factory=list)
+    pending: list[LeftToReplay] = field(default_factory=list)
     summary: ReplaySummary = field(default_factory=ReplaySummary)
+
+    def decide(self, position: int, replay: FaultReplay) -> dict[str, Any]:
+        """The candidate's row, decided now (also what its journal line is)."""
+        row = {**replay.model_dump(mode="json"), "judging_digest": self.candidates.at[position, "judging_digest"]}
+        self.decided.add(row)
+        self.decided_at.append(position)
+        return row
 
 
 def base_row(case: CaseRecord, recording: RecordedRun, plan: FaultPlan, version: str) -> dict[str, Any]:
@@ -183,17 +206,35 @@ def plan_replays(project: Project, cases: StoredTable, runs: StoredTable, versio
     )
     untried = work.reuse.isna()
     to_model = candidates.index[untried | stale_judging]
-    chosen_cases = case_models(cases, candidates.loc[to_model, "case_position"])
-    recordings = run_models(runs, candidates.loc[to_model, "run_position"])
-    stale_replays = replay_models(StoredTable.of(known), work.reuse[stale_judging].astype(int))
-    plan_of = {index: plan for index, plan in plans}
-    chosen = candidates.loc[to_model].assign(position=to_model, stale=stale_judging[to_model].to_numpy())
+    placeholders = 0
+    # The cases and recordings become models a slice at a time, and only while this plans.
+    for start in range(0, len(to_model), MODELS_AT_ONCE):
+        chosen = candidates.loc[to_model[start : start + MODELS_AT_ONCE]]
+        chosen = chosen.assign(position=chosen.index, stale=stale_judging[chosen.index].to_numpy())
+        placeholders += plan_slice(work, chosen, cases, runs, dict(plans), version)
+    reused = work.reuse.dropna().astype(int)
+    without_replay = known.loc[reused.to_numpy(), "replayed_by_run"].isna().to_numpy()
+    work.summary.skipped = int(without_replay.sum()) + placeholders
+    work.summary.reused = int((~without_replay).sum())
+    why_replayed(work)
+    return work
+
+
+def plan_slice(
+    work: ReplayWork, chosen: pd.DataFrame, cases: StoredTable, runs: StoredTable, plan_of: dict[int, FaultPlan], version: str
+) -> int:
+    """Plan the `chosen` candidates: judge anew those judged under another plan, decide those
+    with nothing to replay, list the rest as left. Returns how many had nothing to replay."""
+    chosen_cases = case_models(cases, chosen["case_position"])
+    recordings = run_models(runs, chosen["run_position"])
+    stale_replays = replay_models(StoredTable.of(work.known), work.reuse[chosen.index[chosen["stale"].to_numpy(dtype=bool)]].astype(int))
+    placeholders = 0
     for row in rows_of(chosen, ["position", "case_position", "run_position", "plan_index", "stale"]):
         position = row.position
         case, recording, plan = chosen_cases[row.case_position], recordings[row.run_position], plan_of[row.plan_index]
         if row.stale:
             stored = stale_replays[int(work.reuse[position])]
-            work.decided[position] = judged(stored.model_copy(update=base_row(case, recording, plan, version)), recording, plan)
+            work.decide(position, judged(stored.model_copy(update=base_row(case, recording, plan, version)), recording, plan))
             continue
         call_index = plan.faulted_call_index(recording.trajectory)
         checkpoint = checkpoint_before(recording.trajectory, call_index) if call_index is not None else None
@@ -202,17 +243,27 @@ def plan_replays(project: Project, cases: StoredTable, runs: StoredTable, versio
             placeholder = FaultReplay(
                 **base_row(case, recording, plan, version), outcome=MISSING, reason="not_replayed", faulted_call_index=call_index
             )
-            work.decided[position] = judged(placeholder, recording, plan)
+            work.decide(position, judged(placeholder, recording, plan))
+            placeholders += 1
         else:
-            work.pending.append(PendingReplay(case, recording, row.plan_index, plan, call_index, checkpoint, position))
-    reused = work.reuse.dropna().astype(int)
-    without_replay = known.loc[reused.to_numpy(), "replayed_by_run"].isna().to_numpy()
-    work.summary.skipped = int(without_replay.sum()) + sum(
-        1 for position, replay in work.decided.items() if replay.replayed_by_run is None and untried[position]
-    )
-    work.summary.reused = int((~without_replay).sum())
-    why_replayed(work)
-    return work
+            work.pending.append(
+                LeftToReplay(position, row.case_position, row.run_position, row.plan_index, plan, call_index, checkpoint)
+            )
+    return placeholders
+
+
+def pending_replays(cases: StoredTable, runs: StoredTable, left: list[LeftToReplay]) -> Iterator[PendingReplay]:
+    """The replays left, in order, their cases and recordings made models a slice at a time as
+    the sandboxes take them, so a large suite is never held as models all at once."""
+    for start in range(0, len(left), MODELS_AT_ONCE):
+        chunk = left[start : start + MODELS_AT_ONCE]
+        chosen_cases = case_models(cases, [item.case_position for item in chunk])
+        recordings = run_models(runs, [item.run_position for item in chunk])
+        for item in chunk:
+            yield PendingReplay(
+                chosen_cases[item.case_position], recordings[item.run_position], item.plan_index, item.plan,
+                item.call_index, item.checkpoint, item.position,
+            )
 
 
 def why_replayed(work: ReplayWork) -> None:
@@ -240,7 +291,7 @@ def why_replayed(work: ReplayWork) -> None:
 # -- replaying ----------------------------------------------------------------------------------
 
 
-def unreplayable(project: Project, pending: list[PendingReplay]) -> list[str]:
+def unreplayable(project: Project, pending: list[LeftToReplay]) -> list[str]:
     """What a system that cannot be replayed is told: a configuration error per fault plan."""
     callable_name = project.config.system.callable
     indexes = sorted({(item.plan_index, item.plan.criterion) for item in pending})
@@ -340,30 +391,30 @@ class ReplayStage:
         settings = dict(version=self.version, run_id=self.run_id, refusal=None if system.replayable else refusal)
         # Side by side only where cases run so (a chat agent); elsewhere one replay at a time, as ever.
         each = partial(replay_side_by_side, **settings) if cases_at_once(self.project) > 1 else None
-        return Left(work.pending, SandboxTask(one=partial(replay_one, **settings), each=each))
+        items = pending_replays(self.cases, self.runs, work.pending)
+        return Left(items, SandboxTask(one=partial(replay_one, **settings), each=each))
 
     def finished(self, work: ReplayWork, item: PendingReplay, result: Any) -> dict[str, Any]:
         replay = worker_failed(item, result, self.version, self.run_id) if isinstance(result, Exception) else result
-        work.decided[item.position] = replay
         work.summary.new += 1
         work.summary.failed += not replay.completed
-        return {**replay.model_dump(mode="json"), "judging_digest": judging_digest(item.plan)}
+        return work.decide(item.position, replay)
 
     def assemble(self, work: ReplayWork) -> tuple[pd.DataFrame, ReplaySummary]:
+        for decoded in (self.cases, self.runs):  # the columns the replays' models were made from
+            decoded.forget()
         return replay_table(work), work.summary
 
 
 def replay_table(work: ReplayWork) -> pd.DataFrame:
     """One row per candidate, in order: the known row it reuses (filed under this candidate's
     case and criterion), or the row decided now."""
-    decided = RowBatches(FAULT_REPLAYS_SCHEMA, FAULT_REPLAY_NESTED)
-    positions = sorted(work.decided)
-    for position in positions:
-        decided.add({**work.decided[position].model_dump(mode="json"), "judging_digest": work.candidates.at[position, "judging_digest"]})
+    decided_at = set(work.decided_at)
     reused = work.reuse.dropna().astype(int)
-    reused = reused[[position not in work.decided for position in reused.index]]
+    reused = reused[[position not in decided_at for position in reused.index]]
+    decided = work.decided.frame()
     table = rows_in_order(
-        [(work.known, reused, reused.index), (decided.frame(), range(len(positions)), positions)], FAULT_REPLAYS_SCHEMA
+        [(work.known, reused, reused.index), (decided, range(len(decided)), work.decided_at)], FAULT_REPLAYS_SCHEMA
     )
     for column in ("case_id", "criterion"):
         table = with_values(table, column, null_to_none(work.candidates[column]))

@@ -11,9 +11,9 @@ import pandas as pd
 
 from ..model.config import Project
 from ..model.fingerprints import copies_inputs_digest
-from ..model.transforms import LabelSummary, derive_cases
+from ..model.transforms import LabelSummary
+from .copies import kept_or_derived
 from .stored import StoredTable
-from .tables import cases_from_table, derived_case_table
 
 # The per-version tables the stages read back from storage (by column, see `StoredTable`).
 PER_VERSION_TABLES = ("recorded_runs", "fault_replays", "verdicts", "slices", "gate", "trial_runs", "trial_verdicts")
@@ -61,14 +61,17 @@ class Copies:
 
 
 def derived_copies(project: Project, cases: pd.DataFrame) -> Copies:
-    """The copies of `cases` (the sources' table): the stored ones when made from these
-    inputs, else derived now (a bad transform or label file raises its `ProjectError`)."""
+    """The copies of `cases` (the sources' table): the stored table when made from these
+    inputs; else each stored copy whose own key holds, the rest derived now, all labelled now
+    (store/copies.py; a bad transform or label file raises its `ProjectError`)."""
     inputs_digest = copies_inputs_digest(project, cases)
-    frame = reuse_if_digest(previous_at(project.root, "derived_cases", "copies derived"), inputs_digest)
+    stored = previous_at(project.root, "derived_cases", "copies derived")
+    frame = reuse_if_digest(stored, inputs_digest)
     if frame is not None:
         return Copies(frame, inputs_digest)
-    derived = derive_cases(project, cases_from_table(cases))
-    return Copies(derived_case_table(derived.copies, inputs_digest=inputs_digest), inputs_digest, derived.label_summaries)
+    frame, summaries = kept_or_derived(project, cases, stored)
+    del stored
+    return Copies(frame.assign(inputs_digest=inputs_digest), inputs_digest, summaries)
 
 
 @dataclass(frozen=True)

@@ -157,6 +157,11 @@ class StoredTable:
                 )
         return pd.DataFrame({name: self._read[name] for name in names})
 
+    def forget(self) -> None:
+        """Let go of the columns read so far (a stage done with the rows it decoded); a later
+        read reads them again from the same open file."""
+        self._read.clear()
+
     def whole(self, schema: pa.Schema | None = None) -> pd.DataFrame:
         """Every column (of `schema` when given, nulls for those the table lacks)."""
         return self.columns(*(schema.names if schema is not None else self.names))

@@ -36,6 +36,15 @@ SCALAR_TYPES = {str: TEXT, int: INT, float: FLOAT, bool: BOOL}
 if "ARROW_DEFAULT_MEMORY_POOL" not in os.environ:
     pa.set_memory_pool(pa.system_memory_pool())
 
+# glibc raises its mmap threshold each time a large block is freed (up to 32 MiB): from then on
+# the tables' buffers and a stage's large objects come from the heap, where a few live blocks
+# keep whole freed stretches resident. A fixed threshold keeps blocks of 128 KiB or more in
+# mappings of their own, handed back as soon as they are freed (unless a user chose one).
+M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES = -3, 128 * 1024
+if sys.platform.startswith("linux") and "MALLOC_MMAP_THRESHOLD_" not in os.environ:
+    with suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
+
 
 def return_freed_memory() -> None:
     """Hand what a finished stage freed back to the operating system. glibc keeps freed pages
@@ -78,8 +87,9 @@ def model_schema(model: type[BaseModel], *extra: pa.Field) -> pa.Schema:
 CASES_SCHEMA = model_schema(CaseRecord)
 # The metamorphic copies: the `cases` columns, then each pair's digests and label status, and
 # what the copies were made from (the cases, the transforms, the label files): while that
-# holds, a rerun reuses them as they are.
-DERIVED_CASES_SCHEMA = model_schema(DerivedCaseRecord, pa.field("inputs_digest", TEXT))
+# holds, a rerun reuses them as they are. While its `copy_key` holds (its source's row, its
+# transform, the code: store/copies.py) a copy is kept when other cases changed.
+DERIVED_CASES_SCHEMA = model_schema(DerivedCaseRecord, pa.field("inputs_digest", TEXT), pa.field("copy_key", TEXT))
 # Exploratory rates per slice bucket and criterion; never gated.
 SLICES_SCHEMA = pa.schema(
     [
@@ -179,7 +189,7 @@ TABLE_SCHEMAS["case_certification"] = CERTIFICATION_SCHEMA
 # is still that table (it reads them as nulls, so nothing in it is reused without a key).
 CACHE_KEY_COLUMNS = frozenset(
     {"code_fingerprint", "code_files", "recording_key", "evaluator_digest", "inputs_key", "judging_digest", "inputs_digest",
-     "reference_key", "simulator_digest"}
+     "reference_key", "simulator_digest", "copy_key"}
 )
 
 
@@ -283,21 +293,47 @@ def rows_in_order(parts: list[tuple[pd.DataFrame, Any, Any]], schema: pa.Schema)
     """A table assembled from parts, each `(frame, positions, slots)`: the frame's rows at
     `positions` become the output's rows at `slots` (together, 0 to n-1). A part that is the
     whole output already, in order (a rerun that changed nothing), is returned as it is: a
-    large stored table is not copied to be written back unchanged."""
+    large stored table is not copied to be written back unchanged. The list is emptied as it
+    is read: a part's frame that no one else holds is let go a column at a time as the output
+    takes its rows."""
     columns = schema.names
-    parts = [(frame, np.asarray(positions, dtype=np.int64), np.asarray(slots, dtype=np.int64)) for frame, positions, slots in parts]
-    parts = [part for part in parts if len(part[1])]
-    if not parts:
+    taken_parts = [(frame, np.asarray(positions, dtype=np.int64), np.asarray(slots, dtype=np.int64)) for frame, positions, slots in parts]
+    parts.clear()
+    taken_parts = [part for part in taken_parts if len(part[1])]
+    if not taken_parts:
         return frame_from_rows([], schema)
-    if len(parts) == 1:
-        frame, positions, slots = parts[0]
+    if len(taken_parts) == 1:
+        frame, positions, slots = taken_parts[0]
         whole = np.arange(len(frame))
         if len(positions) == len(frame) and (positions == whole).all() and (slots == whole).all():
             return frame if list(frame.columns) == columns else frame.reindex(columns=columns)
-    pieces = [frame.reindex(columns=columns).iloc[positions] for frame, positions, _ in parts]
-    combined = pd.concat(pieces, ignore_index=True) if len(pieces) > 1 else pieces[0].reset_index(drop=True)
-    slots = np.concatenate([slots for _, _, slots in parts])
-    return combined.iloc[np.argsort(slots, kind="stable")].reset_index(drop=True)
+        del frame
+    # Taken in Arrow, once: the parts are seen as Arrow columns without a copy, and the rows
+    # wanted are copied once, in their final order, a column at a time (pandas would copy each
+    # part, the concatenation and the reordering in turn: a large table three times over).
+    tables = [arrow_columns(frame, schema) for frame, _, _ in taken_parts]
+    starts = np.cumsum([0] + [table.num_rows for table in tables[:-1]])
+    taken = np.concatenate([start + positions for start, (_, positions, _) in zip(starts, taken_parts)])
+    order = pa.array(taken[np.argsort(np.concatenate([slots for _, _, slots in taken_parts]), kind="stable")], type=pa.int64())
+    del taken_parts
+    combined = pa.concat_tables(tables)
+    del tables
+    ordered = []
+    for _ in columns:
+        ordered.append(combined.column(0).take(order))
+        combined = combined.remove_column(0)
+    return pa.table(ordered, schema=schema).to_pandas()
+
+
+def arrow_columns(frame: pd.DataFrame, schema: pa.Schema) -> pa.Table:
+    """The frame's columns as `schema`'s (nulls for any it lacks), sharing its memory where
+    the types agree (text is Arrow-backed in pandas)."""
+    present = [name for name in schema.names if name in frame.columns]
+    table = pa.Table.from_pandas(frame[present], schema=pa.schema([schema.field(name) for name in present]), preserve_index=False)
+    return pa.table(
+        [table.column(name) if name in present else pa.nulls(len(frame), schema.field(name).type) for name in schema.names],
+        schema=schema,
+    )
 
 
 def with_values(frame: pd.DataFrame, column: str, values: Any) -> pd.DataFrame:
