@@ -48,15 +48,21 @@ def stamped(database: Path) -> bool:
         return False
 
 
+def stamped_or_made(storage: type, inst_data, config_value, database: str):
+    """`storage` over `<base_dir>/<database>.db` opened as it is once stamped, else made as
+    Dagster makes it (`from_local`: checked, created, stamped)."""
+    base_dir = config_value["base_dir"]
+    if stamped(Path(base_dir) / f"{database}.db"):
+        return storage(create_db_conn_string(base_dir, database), inst_data)
+    return storage.from_local(inst_data=inst_data, **config_value)
+
+
 class StampedSqliteRunStorage(SqliteRunStorage):
     """Dagster's SQLite run storage, opened as it is once stamped."""
 
     @classmethod
     def from_config_value(cls, inst_data, config_value) -> "StampedSqliteRunStorage":
-        base_dir = config_value["base_dir"]
-        if stamped(Path(base_dir) / "runs.db"):
-            return cls(create_db_conn_string(base_dir, "runs"), inst_data)
-        return cls.from_local(inst_data=inst_data, **config_value)
+        return stamped_or_made(cls, inst_data, config_value, "runs")
 
 
 class StampedSqliteScheduleStorage(SqliteScheduleStorage):
@@ -64,10 +70,7 @@ class StampedSqliteScheduleStorage(SqliteScheduleStorage):
 
     @classmethod
     def from_config_value(cls, inst_data, config_value) -> "StampedSqliteScheduleStorage":
-        base_dir = config_value["base_dir"]
-        if stamped(Path(base_dir) / "schedules.db"):
-            return cls(create_db_conn_string(base_dir, "schedules"), inst_data)
-        return cls.from_local(inst_data=inst_data, **config_value)
+        return stamped_or_made(cls, inst_data, config_value, "schedules")
 
 
 def synced_at_checkpoints(connection, _record) -> None:
