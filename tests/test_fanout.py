@@ -22,6 +22,7 @@ from dagster import DagsterInstance
 from dask.distributed import Client
 
 from oloproof_pipeline.defs.launch import run_evaluation
+from oloproof_pipeline.model.outcomes import EXIT_BLOCK_FAIL, EXIT_BLOCK_INSUFFICIENT
 from oloproof_pipeline.run.sandboxes import MAX_BATCH, BatchDone, BatchSizing, SentBatch
 from oloproof_pipeline.store.layout import table_path
 
@@ -289,7 +290,9 @@ def test_a_real_scheduler_gives_the_inline_verdicts_and_a_killed_worker_costs_on
     victim = json.loads((killed / "victim").read_text())
     dask_worker_of(victim["pid"]).kill()
     out, err = run.communicate(timeout=600)
-    assert run.returncode == 1 and "Gate: BLOCK" in out, out + err
+    # Blocked, never allowed: by a FAIL, or, when the lost batches take enough of a rule's
+    # cases (how many depends on the batch sizes measured), for want of evidence.
+    assert run.returncode in (EXIT_BLOCK_FAIL, EXIT_BLOCK_INSUFFICIENT) and "Gate: BLOCK" in out, out + err
     assert ended({victim["pid"]})  # its sandbox went with the Dask worker
 
     runs = pd.read_parquet(table_path(killed, "recorded_runs", "1.0.0")).set_index("case_id")

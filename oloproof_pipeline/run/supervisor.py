@@ -49,9 +49,6 @@ KILL_GRACE_S = 2.0
 # Importing and building the system is not a case: it gets its own, longer deadline, and
 # so does starting the fork server.
 START_MINIMUM_S = 60.0
-# Cases sent to a worker ahead of the one it is running, so its system never waits while this
-# process journals an answer; a run killed at any moment loses at most these and the running one.
-SENT_AHEAD = 1
 # How long a fork server whose channel closed gets to exit.
 STOP_GRACE_S = 2.0
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
@@ -366,8 +363,9 @@ class SupervisedSandbox:
         return list(self.record_each([case]))[0]
 
     def record_each(self, cases: Iterable[CaseRecord]) -> Iterator[RecordedRun]:
-        """Each case's recording, in order, as the worker answers; while the caller journals
-        one, the system is already running the next (`SENT_AHEAD`)."""
+        """Each case's recording, in order; the next case is sent when the caller asks for
+        it, so whatever the caller does with a recording (journal it) happens before the
+        system starts the next case."""
         for task, answer in self._run_tasks(RecordTask(case=case) for case in cases):
             if isinstance(answer, WorkerLost):
                 yield RecordedRun(
@@ -403,43 +401,29 @@ class SupervisedSandbox:
             if self.settings.cases_at_once > 1:
                 yield from self._run_side_by_side(tasks)
                 return
-            yield from self._run_in_turn(tasks)
-
-    def _run_in_turn(self, tasks: Iterable[RecordTask | ReplayTask]) -> Iterator[tuple[Any, Any]]:
-        """`_run_tasks` one case at a time, with the next `SENT_AHEAD` already on the worker's
-        channel: it starts the next case the moment it answers one, while this process
-        journals that answer. A case's deadline counts from when the worker starts it (when
-        it was sent to an idle worker, else when the case before it was answered). A worker
-        lost with cases waiting behind the running one never started them: a fresh worker
-        takes them, so a crash or a timeout costs only its own case."""
-        upcoming = _Upcoming(tasks)
-        sent: deque[tuple[RecordTask | ReplayTask, bytes]] = deque()  # on the worker's channel, in order
-        started = 0.0  # when the first of `sent` started running
-        try:
-            while True:
-                while len(sent) <= SENT_AHEAD and (item := upcoming.take()) is not None:
-                    if not sent:
-                        worker, started = self._ready_worker(), time.monotonic()
-                    worker.send(item[1])
-                    sent.append(item)
-                if not sent:
-                    return
-                task, _ = sent.popleft()
-                try:
-                    answer: Any = worker.receive(started + self.settings.timeout_s + KILL_GRACE_S)
-                except WorkerLost as lost:
-                    answer = self._lost(lost, started)
-                started = time.monotonic()
-                if isinstance(answer, WorkerMessage) and answer.problem is not None:  # our code failed, not the system
-                    raise pipeline_failed(answer.problem)
-                if isinstance(answer, WorkerLost) or answer.retire:  # ended, or interrupted mid-case: a fresh worker
+            upcoming = _Upcoming(tasks)
+            unanswered = False  # a task sent whose answer never came back (the caller stopped, say)
+            try:
+                while (item := upcoming.take()) is not None:
+                    task, line = item
+                    worker = self._ready_worker()
+                    worker.send(line)
+                    unanswered, started = True, time.monotonic()
+                    try:
+                        answer: Any = worker.receive(started + self.settings.timeout_s + KILL_GRACE_S)
+                    except WorkerLost as lost:
+                        answer = self._lost(lost, started)
+                    unanswered = False
+                    if isinstance(answer, WorkerMessage) and answer.problem is not None:  # our code failed, not the system
+                        raise pipeline_failed(answer.problem)
+                    if isinstance(answer, WorkerLost) or answer.retire:  # ended, or interrupted mid-case: a fresh worker
+                        self._drop_worker()
+                    # The next task is sent only once the caller asks for it, after it journalled
+                    # this answer: a run killed at any point has lost at most the case running.
+                    yield task, answer
+            finally:
+                if unanswered:  # never reuse a worker whose answer is still on its way
                     self._drop_worker()
-                    upcoming.put_back(list(sent))
-                    sent.clear()
-                yield task, answer
-        finally:
-            if sent:  # never reuse a worker whose answers are still on their way
-                self._drop_worker()
 
     def _run_side_by_side(self, tasks: Iterable[RecordTask | ReplayTask]) -> Iterator[tuple[Any, Any]]:
         """`_run_tasks` with up to `cases_at_once` cases in flight on one worker (each in a
