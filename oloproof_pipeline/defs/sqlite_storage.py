@@ -85,6 +85,7 @@ class KeptOpenSqliteEventLogStorage(SqliteEventLogStorage):
 
     def __init__(self, base_dir: str, inst_data=None):
         self._engines: OrderedDict[str, Engine] = OrderedDict()
+        self._tables_present: set[str] = set()
         super().__init__(base_dir, inst_data=inst_data)
 
     @classmethod
@@ -97,6 +98,13 @@ class KeptOpenSqliteEventLogStorage(SqliteEventLogStorage):
             with self._engine(shard).connect() as connection:
                 with connection.begin():
                     yield connection
+
+    def has_table(self, table_name: str) -> bool:
+        """Dagster asks before most asset, partition and check writes (about sixty times a small
+        run), each time through a new engine; a table once there stays, so that is asked once."""
+        if table_name not in self._tables_present and super().has_table(table_name):
+            self._tables_present.add(table_name)
+        return table_name in self._tables_present
 
     def _engine(self, shard: str) -> Engine:
         engine = self._engines.pop(shard, None)
