@@ -16,7 +16,7 @@ import pytest
 from dagster import DagsterInstance
 
 from oloproof_pipeline.defs.launch import run_evaluation
-from oloproof_pipeline.evaluators.state_matches import StateComparison
+from oloproof_pipeline.evaluators.state_matches import StateComparison, deepdiff_differences, differences
 from oloproof_pipeline.model.paths import ABSENT
 from oloproof_pipeline.model import transforms
 from oloproof_pipeline.model.cases import load_cases
@@ -321,3 +321,48 @@ def test_a_cli_rerun_with_nothing_changed_launches_nothing_and_shows_the_stored_
     app.write_text(app.read_text().replace(*FIXED_OVERRIDE))
     assert "cases re-recorded: system code changed (app.py)" in cli_run(refund_desk).stdout
     assert counted() == 2 * called - 8 and dagster_runs(refund_desk) == 3  # 4 fewer refund calls to replay
+
+
+NUMBERS_AND_ODDITIES = [0, 1, 1.0, 1.2, 2.5, True, float("nan"), float("inf"), ("t", 1)]
+
+
+def wilder_value(rng: random.Random, depth: int = 0):
+    """`random_value` with lists of dicts and numbers near each other, NaN, infinity and a tuple."""
+    if depth > 2 or rng.random() < 0.35:
+        return copy.deepcopy(rng.choice(LEAVES + NUMBERS_AND_ODDITIES))
+    if rng.random() < 0.25:
+        return [wilder_value(rng, depth + 1) for _ in range(rng.randint(0, 3))]
+    return {rng.choice("abcde"): wilder_value(rng, depth + 1) for _ in range(rng.randint(0, 4))}
+
+
+def reordered(rng: random.Random, value, add: float = 0.0):
+    """`value` with the keys of its dicts in another order, at every depth, and a new key in
+    each dict with probability `add` (so added keys sit in several places)."""
+    if isinstance(value, dict):
+        items = list(value.items()) + ([(rng.choice("fgh"), wilder_value(rng, 2))] if rng.random() < add else [])
+        rng.shuffle(items)
+        return {key: reordered(rng, child, add) for key, child in items}
+    return value
+
+
+def kinds_and_paths(found):
+    """What callers read of `differences`: the added keys in order (with their values), the rest as a set."""
+    added = [(keys, repr(value)) for kind, keys, value in found if kind == "dictionary_item_added"]
+    others = sorted((kind, repr(keys)) for kind, keys, _ in found if kind != "dictionary_item_added")
+    return added, others
+
+
+@pytest.mark.parametrize("tolerance", [None, 0.5])
+def test_the_walk_reports_the_differences_deepdiff_reports(tolerance):
+    rng = random.Random(f"walk{tolerance}")
+    walked = 0
+    for _ in range(600):
+        expected = wilder_value(rng)
+        actual = expected
+        for _ in range(rng.randint(1, 3)):
+            actual = mutated(rng, actual) if rng.random() < 0.8 else wilder_value(rng)
+        actual = reordered(rng, actual, add=rng.choice([0.0, 0.5]))  # DeepDiff's order follows the actual's keys
+        found = differences(expected, actual, tolerance)
+        assert kinds_and_paths(found) == kinds_and_paths(deepdiff_differences(expected, actual, tolerance)), (expected, actual)
+        walked += bool(found)
+    assert walked > 100  # pairs that differ, so the order of what is reported was tested

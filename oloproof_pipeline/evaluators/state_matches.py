@@ -1,7 +1,8 @@
 """`state_matches`: the state a case left behind against the case's `expected.state`.
 
-DeepDiff finds the differences; a walk over the expected leaves turns them into one details
-row per compared path, so a person sees what matched as well as what did not. Dicts are walked
+The differences are DeepDiff's, found by a walk of our own that reports what DeepDiff reports
+(DeepDiff itself runs only where lists differ); a walk over the expected leaves turns them into
+one details row per compared path, so a person sees what matched as well as what did not. Dicts are walked
 key by key (subset mode lets the actual state carry extra keys); anything else, lists included,
 is one leaf compared whole and in order.
 
@@ -52,9 +53,20 @@ class NumbersWithin:
 
 
 def differences(expected: Any, actual: Any, tolerance: float | None = None) -> list[tuple[str, list[Any], Any]]:
-    """(DeepDiff report kind, key path, actual value there) for each difference."""
+    """(DeepDiff report kind, key path, actual value there) for each difference. Added keys
+    come in DeepDiff's order (the order rows are shown in); the other kinds in any order."""
+    found: list[tuple[str, list[Any], Any]] = []
+    try:
+        _walk_differences(expected, actual, tolerance or 0.0, [], found)
+    except _NeedsDeepDiff:
+        return deepdiff_differences(expected, actual, tolerance)
+    return found
+
+
+def deepdiff_differences(expected: Any, actual: Any, tolerance: float | None = None) -> list[tuple[str, list[Any], Any]]:
+    """`differences` as DeepDiff reports them (lists compared in order, as DeepDiff aligns them)."""
     # Imported here, not at start-up: importing DeepDiff takes about a second, and a run whose
-    # compared states are all equal (`same_value`, `StateComparison.agrees`) never needs it.
+    # compared states are dicts and plain values never needs it.
     from deepdiff import DeepDiff
 
     diff = DeepDiff(
@@ -66,6 +78,57 @@ def differences(expected: Any, actual: Any, tolerance: float | None = None) -> l
         threshold_to_diff_deeper=0,
     )
     return [(kind, level.path(output_format="list"), level.t2) for kind, levels in diff.tree.items() for level in levels]
+
+
+# The types a stored state is made of: anything else (a tuple in a state made in memory) is
+# left to DeepDiff, as is a list that differs (how DeepDiff aligns lists is its own).
+JSON_TYPES = frozenset({dict, list, str, int, float, bool, type(None)})
+REMOVED, VALUE_CHANGED, TYPE_CHANGED = "dictionary_item_removed", "values_changed", "type_changes"
+
+
+class _NeedsDeepDiff(Exception):
+    """The walk met what only DeepDiff reports faithfully."""
+
+
+def _walk_differences(expected: Any, actual: Any, tolerance: float, keys: list[Any], found: list) -> None:
+    """What DeepDiff (with `NumbersWithin`, diffing dicts ever deeper) reports, step for step:
+    numbers within the tolerance are equal; then the same object; then another type is a type
+    change; dicts report added keys (in the actual's order), removed keys, then recurse into
+    the shared ones (in the actual's order); equal lists report nothing."""
+    if is_number(expected) and is_number(actual) and abs(expected - actual) <= tolerance * (1 + TOLERANCE_SLACK):
+        return
+    if expected is actual:
+        return
+    kind = type(expected)
+    if kind not in JSON_TYPES or type(actual) not in JSON_TYPES:
+        raise _NeedsDeepDiff
+    if kind is not type(actual):
+        found.append((TYPE_CHANGED, keys, actual))
+    elif kind is dict:
+        found.extend((ADDED, [*keys, key], value) for key, value in actual.items() if key not in expected)
+        found.extend((REMOVED, [*keys, key], ABSENT) for key in expected if key not in actual)
+        for key, value in actual.items():
+            if key in expected:
+                _walk_differences(expected[key], value, tolerance, [*keys, key], found)
+    elif kind is list:
+        if not _identical(expected, actual):
+            raise _NeedsDeepDiff
+    elif expected != actual:
+        found.append((VALUE_CHANGED, keys, actual))
+
+
+def _identical(first: Any, second: Any) -> bool:
+    """The same JSON value, of the same types throughout (so DeepDiff finds nothing to report)."""
+    if first is second:
+        return True
+    kind = type(first)
+    if kind is not type(second) or kind not in JSON_TYPES:
+        return False
+    if kind is dict:
+        return first.keys() == second.keys() and all(_identical(value, second[key]) for key, value in first.items())
+    if kind is list:
+        return len(first) == len(second) and all(map(_identical, first, second))
+    return first == second
 
 
 def same_leaf(expected: Any, actual: Any, tolerance: float | None = None) -> bool:
