@@ -24,7 +24,7 @@ from ..model.cases import CaseRecord
 from ..model.records import RecordedRun
 from ..model.outcomes import EXCLUDED, FAIL, MISSING, PASS, Verdict
 from .base import Evaluator, EvaluatorConfig, JudgingContext
-from ..model.paths import ABSENT, DottedPath, absent_as_none, join_path, read_keys, read_path, split_glob_path, split_path
+from ..model.paths import ABSENT, DottedPath, absent_as_none, join_path, quote_key, read_keys, read_path, split_glob_path, split_path
 from .state_views import GlobPath, glob_matches, state_view
 
 Mode = Literal["exact", "subset"]
@@ -167,6 +167,12 @@ def overlaps(leaf: Sequence[Any], changed: Sequence[Any]) -> bool:
     return list(leaf[:shared]) == list(changed[:shared])
 
 
+def longer_path(path: str, key: Any) -> str:
+    """`join_path` of a path's keys and `key`, from the path's text."""
+    part = quote_key(key)
+    return part if not path else path + (part if part.startswith("[") else f".{part}")
+
+
 def state_row(keys: Sequence[Any], expected: Any, actual: Any, *, matched: bool) -> dict[str, Any]:
     row = {"path": join_path(keys), "expected": absent_as_none(expected), "actual": absent_as_none(actual), "matched": matched}
     if actual is ABSENT:
@@ -211,16 +217,31 @@ class StateComparison:
             )
         return same_leaf(expected, actual, self.tolerance)
 
+    def _agreeing_rows(self, expected: Any, actual: Any, keys: list[Any], path: str, rows: list[dict[str, Any]]) -> bool:
+        """`agrees` and, while it does, a matched row per leaf of `expected` (in `leaf_keys`
+        order, each with the actual value there), in one walk over both values."""
+        if isinstance(expected, dict) and isinstance(actual, dict) and expected:
+            if any(key not in actual for key in expected):
+                return False
+            if any(key not in expected and not self.tolerates_added([*keys, key]) for key in actual):
+                return False
+            return all(
+                self._agreeing_rows(value, actual[key], [*keys, key], longer_path(path, key), rows)
+                for key, value in expected.items()
+            )
+        if not self.agrees(expected, actual, keys):
+            return False
+        rows.append({"path": path, "expected": expected, "actual": actual, "matched": True})
+        return True
+
     def rows(self, path: str, expected: Any, actual: Any) -> list[dict[str, Any]]:
         base = split_path(path)
         if expected is ABSENT or actual is ABSENT:
             return self._rows_with_absence(base, expected, actual)
-        if self.agrees(expected, actual, base):
-            # Equal where compared: every leaf matched, and DeepDiff is not needed to say where not.
-            return [
-                state_row(base + leaf, read_keys(expected, leaf), read_keys(actual, leaf), matched=True)
-                for leaf in leaf_keys(expected)
-            ]
+        matched: list[dict[str, Any]] = []
+        if self._agreeing_rows(expected, actual, base, join_path(base), matched):
+            # Equal where compared: every leaf matched, and no diff is needed to say where not.
+            return matched
         found = differences(expected, actual, self.tolerance)
         differing = [keys for kind, keys, _ in found if not (kind == ADDED and self.tolerates_added(base + keys))]
         rows = [
