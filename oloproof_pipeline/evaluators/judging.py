@@ -84,12 +84,12 @@ VERDICT_COLUMNS = (
 
 
 class VerdictColumns:
-    """Verdict rows gathered a column at a time (no dict per row), made Arrow record batches of
-    `BATCH_ROWS` rows as they arrive (so a large table never exists as Python strings all at
-    once), then one DataFrame of `VERDICTS_SCHEMA` (a column it lacks, nulls)."""
+    """Verdict rows gathered as plain tuples (no dict per row), turned into Arrow record batches
+    a column at a time every `BATCH_ROWS` rows (so a large table never exists as Python
+    strings all at once), then one DataFrame of `VERDICTS_SCHEMA` (a column it lacks, nulls)."""
 
     def __init__(self) -> None:
-        self._lists: tuple[list[Any], ...] = tuple([] for _ in VERDICT_COLUMNS)
+        self._rows: list[tuple[Any, ...]] = []
         self._batches: list[pa.RecordBatch] = []
 
     def add(
@@ -101,27 +101,23 @@ class VerdictColumns:
         dumped = verdict.model_dump(mode="json")
         recording = context.recording_of(verdict.case_id)
         replay = context.replays.get((verdict.case_id, verdict.criterion))
-        values = (
+        self._rows.append((
             dumped["case_id"], case.case_digest, case.group_id, dumped["criterion"], dumped["outcome"], dumped["reason"],
             to_json_text(dumped["details"]), version, recording.recorded_by_run if recording else None,
             getattr(replay, "replayed_by_run", None), judged_by_run, *keys,
-        )
-        for column, value in zip(self._lists, values):
-            column.append(value)
-        if len(self._lists[0]) >= BATCH_ROWS:
+        ))
+        if len(self._rows) >= BATCH_ROWS:
             self._flush()
 
     def _flush(self) -> None:
-        if self._lists[0]:
-            filled = dict(zip(VERDICT_COLUMNS, self._lists))
-            rows = len(self._lists[0])
+        if self._rows:
+            filled = dict(zip(VERDICT_COLUMNS, zip(*self._rows)))
             arrays = [
-                pa.array(filled[field.name], type=field.type) if field.name in filled else pa.nulls(rows, field.type)
+                pa.array(filled[field.name], type=field.type) if field.name in filled else pa.nulls(len(self._rows), field.type)
                 for field in VERDICTS_SCHEMA
             ]
             self._batches.append(pa.RecordBatch.from_arrays(arrays, schema=VERDICTS_SCHEMA))
-            for column in self._lists:
-                column.clear()
+            self._rows = []
 
     def frame(self) -> pd.DataFrame:
         self._flush()
