@@ -333,19 +333,20 @@ NUMBERS_AND_ODDITIES = [0, 1, 1.0, 1.2, 2.5, True, float("nan"), float("inf"), (
 
 
 def wilder_value(rng: random.Random, depth: int = 0):
-    """`random_value` with lists of dicts and numbers near each other, NaN, infinity and a tuple."""
+    """`random_value` with lists of dicts, numbers near each other, NaN, infinity, a tuple and
+    keys starting `__` (which DeepDiff leaves out)."""
     if depth > 2 or rng.random() < 0.35:
         return copy.deepcopy(rng.choice(LEAVES + NUMBERS_AND_ODDITIES))
     if rng.random() < 0.25:
         return [wilder_value(rng, depth + 1) for _ in range(rng.randint(0, 3))]
-    return {rng.choice("abcde"): wilder_value(rng, depth + 1) for _ in range(rng.randint(0, 4))}
+    return {rng.choice(["a", "b", "c", "d", "__e"]): wilder_value(rng, depth + 1) for _ in range(rng.randint(0, 4))}
 
 
 def reordered(rng: random.Random, value, add: float = 0.0):
     """`value` with the keys of its dicts in another order, at every depth, and a new key in
     each dict with probability `add` (so added keys sit in several places)."""
     if isinstance(value, dict):
-        items = list(value.items()) + ([(rng.choice("fgh"), wilder_value(rng, 2))] if rng.random() < add else [])
+        items = list(value.items()) + ([(rng.choice(["f", "g", "__h"]), wilder_value(rng, 2))] if rng.random() < add else [])
         rng.shuffle(items)
         return {key: reordered(rng, child, add) for key, child in items}
     return value

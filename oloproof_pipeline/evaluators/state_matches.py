@@ -94,7 +94,8 @@ def _walk_differences(expected: Any, actual: Any, tolerance: float, keys: list[A
     """What DeepDiff (with `NumbersWithin`, diffing dicts ever deeper) reports, step for step:
     numbers within the tolerance are equal; then the same object; then another type is a type
     change; dicts report added keys (in the actual's order), removed keys, then recurse into
-    the shared ones (in the actual's order); equal lists report nothing."""
+    the shared ones (in the actual's order), keys starting `__` left out as DeepDiff leaves
+    them; equal lists report nothing."""
     if is_number(expected) and is_number(actual) and abs(expected - actual) <= tolerance * (1 + TOLERANCE_SLACK):
         return
     if expected is actual:
@@ -105,16 +106,21 @@ def _walk_differences(expected: Any, actual: Any, tolerance: float, keys: list[A
     if kind is not type(actual):
         found.append((TYPE_CHANGED, keys, actual))
     elif kind is dict:
-        found.extend((ADDED, [*keys, key], value) for key, value in actual.items() if key not in expected)
-        found.extend((REMOVED, [*keys, key], ABSENT) for key in expected if key not in actual)
+        found.extend((ADDED, [*keys, key], value) for key, value in actual.items() if key not in expected and not _private(key))
+        found.extend((REMOVED, [*keys, key], ABSENT) for key in expected if key not in actual and not _private(key))
         for key, value in actual.items():
-            if key in expected:
+            if key in expected and not _private(key):
                 _walk_differences(expected[key], value, tolerance, [*keys, key], found)
     elif kind is list:
         if not _identical(expected, actual):
             raise _NeedsDeepDiff
     elif expected != actual:
         found.append((VALUE_CHANGED, keys, actual))
+
+
+def _private(key: Any) -> bool:
+    """A key DeepDiff leaves out of a comparison (its `ignore_private_variables`, on by default)."""
+    return isinstance(key, str) and key.startswith("__")
 
 
 def _identical(first: Any, second: Any) -> bool:
