@@ -16,12 +16,14 @@ import pytest
 from dagster import DagsterInstance
 
 from oloproof_pipeline.defs.launch import run_evaluation
-from oloproof_pipeline.evaluators.state_matches import StateComparison
+from oloproof_pipeline.evaluators import state_matches
+from oloproof_pipeline.evaluators.state_matches import StateComparison, deepdiff_differences, differences
 from oloproof_pipeline.model.paths import ABSENT
 from oloproof_pipeline.model import transforms
 from oloproof_pipeline.model.cases import load_cases
 from oloproof_pipeline.project import load_project
 from oloproof_pipeline.store.layout import reports_dir, table_path
+from oloproof_pipeline.store.stored import StoredTable
 from oloproof_pipeline.store.tables import derived_case_table
 
 from helpers import oloproof
@@ -218,7 +220,8 @@ def test_tables_stored_before_cache_keys_are_still_read_and_their_work_done_agai
 
 
 class DeepDiffOnly(StateComparison):
-    """The comparison with its quick equality walk turned off: DeepDiff decides every pair."""
+    """The comparison with its quick equality walk turned off: with `differences` made
+    DeepDiff's (below), DeepDiff decides every pair."""
 
     def agrees(self, expected, actual, keys):
         return False
@@ -256,7 +259,7 @@ def mutated(rng: random.Random, value):
 @pytest.mark.parametrize("mode", ["exact", "subset"])
 @pytest.mark.parametrize("tolerance", [None, 0.5])
 @pytest.mark.parametrize("row_tables", [(), (("a",),)])
-def test_equality_before_diff_gives_the_rows_deepdiff_gives(mode, tolerance, row_tables):
+def test_equality_before_diff_gives_the_rows_deepdiff_gives(mode, tolerance, row_tables, monkeypatch):
     rng = random.Random(f"{mode}{tolerance}{row_tables}")
     quick, slow = StateComparison(mode, tolerance, row_tables), DeepDiffOnly(mode, tolerance, row_tables)
     shortcuts = 0
@@ -264,7 +267,10 @@ def test_equality_before_diff_gives_the_rows_deepdiff_gives(mode, tolerance, row
         expected = random_value(rng)
         actual = mutated(rng, expected)
         shortcuts += quick.agrees(expected, actual, [])
-        assert quick.rows("", expected, actual) == slow.rows("", expected, actual), (expected, actual)
+        with monkeypatch.context() as patched:
+            patched.setattr(state_matches, "differences", deepdiff_differences)
+            by_deepdiff = slow.rows("", expected, actual)
+        assert quick.rows("", expected, actual) == by_deepdiff, (expected, actual)
     assert shortcuts > 50  # the quick path was taken often enough to be tested
 
 
@@ -321,3 +327,70 @@ def test_a_cli_rerun_with_nothing_changed_launches_nothing_and_shows_the_stored_
     app.write_text(app.read_text().replace(*FIXED_OVERRIDE))
     assert "cases re-recorded: system code changed (app.py)" in cli_run(refund_desk).stdout
     assert counted() == 2 * called - 8 and dagster_runs(refund_desk) == 3  # 4 fewer refund calls to replay
+
+
+NUMBERS_AND_ODDITIES = [0, 1, 1.0, 1.2, 2.5, True, float("nan"), float("inf"), ("t", 1)]
+
+
+def wilder_value(rng: random.Random, depth: int = 0):
+    """`random_value` with lists of dicts, numbers near each other, NaN, infinity, a tuple and
+    keys starting `__` (which DeepDiff leaves out)."""
+    if depth > 2 or rng.random() < 0.35:
+        return copy.deepcopy(rng.choice(LEAVES + NUMBERS_AND_ODDITIES))
+    if rng.random() < 0.25:
+        return [wilder_value(rng, depth + 1) for _ in range(rng.randint(0, 3))]
+    return {rng.choice(["a", "b", "c", "d", "__e"]): wilder_value(rng, depth + 1) for _ in range(rng.randint(0, 4))}
+
+
+def reordered(rng: random.Random, value, add: float = 0.0):
+    """`value` with the keys of its dicts in another order, at every depth, and a new key in
+    each dict with probability `add` (so added keys sit in several places)."""
+    if isinstance(value, dict):
+        items = list(value.items()) + ([(rng.choice(["f", "g", "__h"]), wilder_value(rng, 2))] if rng.random() < add else [])
+        rng.shuffle(items)
+        return {key: reordered(rng, child, add) for key, child in items}
+    return value
+
+
+def kinds_and_paths(found):
+    """What callers read of `differences`: the added keys in order (with their values), the rest as a set."""
+    added = [(keys, repr(value)) for kind, keys, value in found if kind == "dictionary_item_added"]
+    others = sorted((kind, repr(keys)) for kind, keys, _ in found if kind != "dictionary_item_added")
+    return added, others
+
+
+@pytest.mark.parametrize("tolerance", [None, 0.5])
+def test_the_walk_reports_the_differences_deepdiff_reports(tolerance):
+    rng = random.Random(f"walk{tolerance}")
+    walked = 0
+    for _ in range(600):
+        expected = wilder_value(rng)
+        actual = expected
+        for _ in range(rng.randint(1, 3)):
+            actual = mutated(rng, actual) if rng.random() < 0.8 else wilder_value(rng)
+        actual = reordered(rng, actual, add=rng.choice([0.0, 0.5]))  # DeepDiff's order follows the actual's keys
+        found = differences(expected, actual, tolerance)
+        assert kinds_and_paths(found) == kinds_and_paths(deepdiff_differences(expected, actual, tolerance)), (expected, actual)
+        walked += bool(found)
+    assert walked > 100  # pairs that differ, so the order of what is reported was tested
+
+
+def test_rows_of_stacked_tables_are_read_alike_in_any_order(tmp_path):
+    """Judging decodes a chunk's cases from the sources and their copies stacked: rows asked for
+    across both files, out of order, read back as written (nulls, numbers, JSON text parsed)."""
+    first = pd.DataFrame({"case_id": ["a", "b", "c"], "state": ['{"x": 1}', None, '{"y": [1, 2]}'], "line": [1, 2, 3]})
+    second = pd.DataFrame({"case_id": ["a~p", "b~p"], "state": ['{"x": 2}', '{}'], "line": [4, 5]})
+    first.to_parquet(tmp_path / "first.parquet", index=False)
+    second.to_parquet(tmp_path / "second.parquet", index=False)
+    in_memory = pd.DataFrame({"case_id": ["m"], "state": [None], "line": [None]}, dtype=object)
+    stacked = StoredTable(tmp_path / "first.parquet", tmp_path / "second.parquet", in_memory)
+
+    rows = stacked.rows([4, 0, 5, 1, 3], ["case_id", "state", "line"], nested=["state"])
+    assert rows == [
+        {"case_id": "b~p", "state": {}, "line": 5},
+        {"case_id": "a", "state": {"x": 1}, "line": 1},
+        {"case_id": "m", "state": None, "line": None},
+        {"case_id": "b", "state": None, "line": 2},
+        {"case_id": "a~p", "state": {"x": 2}, "line": 4},
+    ]
+    assert stacked.rows([], ["case_id"]) == []

@@ -175,12 +175,16 @@ def slice_rows_of(
     judged = verdicts[verdicts["outcome"] != EXCLUDED]
     criteria = list(dict.fromkeys(verdicts["criterion"]))
     rows: list[SliceRow] = []
+    judged_case_ids, judged_criteria = null_to_none(judged["case_id"]), null_to_none(judged["criterion"])
+    judged_outcomes = null_to_none(judged["outcome"])
     for spec in specs:
+        # Each case's bucket once per slice, not once per criterion judging it.
+        bucket_of = {case_id: case_bucket(spec, facts.get(case_id, unknown)) for case_id in dict.fromkeys(judged_case_ids)}
+        by_criterion: dict[str, dict[str, Counter]] = defaultdict(lambda: defaultdict(Counter))
+        for case_id, criterion, outcome in zip(judged_case_ids, judged_criteria, judged_outcomes):
+            by_criterion[criterion][bucket_of[case_id]][outcome] += 1
         for criterion in criteria:
-            of_criterion = judged[judged["criterion"] == criterion]
-            outcomes_by_bucket: dict[str, Counter] = defaultdict(Counter)
-            for case_id, outcome in zip(null_to_none(of_criterion["case_id"]), null_to_none(of_criterion["outcome"])):
-                outcomes_by_bucket[case_bucket(spec, facts.get(case_id, unknown))][outcome] += 1
+            outcomes_by_bucket = by_criterion[criterion]
             whole = sum(outcomes_by_bucket.values(), Counter())
             for bucket in _bucket_order(spec, outcomes_by_bucket):
                 rows.append(_bucket_row(spec, criterion, bucket, outcomes_by_bucket[bucket], whole, min_support, confidence))

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from ..model.cases import CaseRecord
 from ..model.config import Project
@@ -30,14 +31,12 @@ from ..model.records import RecordedRun
 from ..store.decoding import case_models, replay_models, run_models
 from ..store.stored import StoredTable
 from ..store.tables import (
-    VERDICT_NESTED,
+    BATCH_ROWS,
     VERDICTS_SCHEMA,
-    RowBatches,
-    frame_from_rows,
     null_to_none,
     replays_from_table,
     rows_in_order,
-    rows_of,
+    to_json_text,
 )
 from .base import Evaluator, JudgingContext
 
@@ -77,18 +76,52 @@ def judge_spending(evaluators: list[Evaluator]) -> Counter:
     return total
 
 
-def verdict_row(verdict: Verdict, case: CaseRecord, context: JudgingContext, version: str, judged_by_run: str) -> dict[str, Any]:
-    recording = context.recording_of(verdict.case_id)
-    replay = context.replays.get((verdict.case_id, verdict.criterion))
-    return {
-        **verdict.model_dump(mode="json"),
-        "case_digest": case.case_digest,
-        "group_id": case.group_id,
-        "system_version": version,
-        "recorded_by_run": recording.recorded_by_run if recording else None,
-        "replayed_by_run": getattr(replay, "replayed_by_run", None),
-        "judged_by_run": judged_by_run,
-    }
+# The columns a verdict fills, in the order `VerdictColumns.add` gives them.
+VERDICT_COLUMNS = (
+    "case_id", "case_digest", "group_id", "criterion", "outcome", "reason", "details", "system_version",
+    "recorded_by_run", "replayed_by_run", "judged_by_run", "evaluator_digest", "recording_key", "inputs_key",
+)
+
+
+class VerdictColumns:
+    """Verdict rows gathered as plain tuples (no dict per row), turned into Arrow record batches
+    a column at a time every `BATCH_ROWS` rows (so a large table never exists as Python
+    strings all at once), then one DataFrame of `VERDICTS_SCHEMA` (a column it lacks, nulls)."""
+
+    def __init__(self) -> None:
+        self._rows: list[tuple[Any, ...]] = []
+        self._batches: list[pa.RecordBatch] = []
+
+    def add(
+        self, verdict: Verdict, case: CaseRecord, context: JudgingContext, version: str, judged_by_run: str,
+        keys: tuple[str | None, str | None, str | None] = (None, None, None),
+    ) -> None:
+        """One verdict's row, naming the runs that recorded, replayed and judged it; `keys` are
+        its cache key (evaluator digest, recording key, inputs key)."""
+        dumped = verdict.model_dump(mode="json")
+        recording = context.recording_of(verdict.case_id)
+        replay = context.replays.get((verdict.case_id, verdict.criterion))
+        self._rows.append((
+            dumped["case_id"], case.case_digest, case.group_id, dumped["criterion"], dumped["outcome"], dumped["reason"],
+            to_json_text(dumped["details"]), version, recording.recorded_by_run if recording else None,
+            getattr(replay, "replayed_by_run", None), judged_by_run, *keys,
+        ))
+        if len(self._rows) >= BATCH_ROWS:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._rows:
+            filled = dict(zip(VERDICT_COLUMNS, zip(*self._rows)))
+            arrays = [
+                pa.array(filled[field.name], type=field.type) if field.name in filled else pa.nulls(len(self._rows), field.type)
+                for field in VERDICTS_SCHEMA
+            ]
+            self._batches.append(pa.RecordBatch.from_arrays(arrays, schema=VERDICTS_SCHEMA))
+            self._rows = []
+
+    def frame(self) -> pd.DataFrame:
+        self._flush()
+        return pa.Table.from_batches(self._batches, schema=VERDICTS_SCHEMA).to_pandas()
 
 
 def judge_cases(
@@ -107,11 +140,10 @@ def judge_cases(
         recordings={run.case_id: run for run in runs},
         replays=replays or {},
     )
-    rows = (
-        verdict_row(verdict, context.cases[verdict.case_id], context, version, judged_by_run)
-        for verdict in judge_all(project.evaluators, cases, context, judges_at_once=project.config.concurrency.judge)
-    )
-    return frame_from_rows(rows, VERDICTS_SCHEMA, VERDICT_NESTED)
+    columns = VerdictColumns()
+    for verdict in judge_all(project.evaluators, cases, context, judges_at_once=project.config.concurrency.judge):
+        columns.add(verdict, context.cases[verdict.case_id], context, version, judged_by_run)
+    return columns.frame()
 
 
 def replays_for_judging(frame: pd.DataFrame | None, runs: list[RecordedRun]) -> dict[tuple[str, str], FaultReplay]:
@@ -183,20 +215,6 @@ class WantedVerdicts:
 
     def __len__(self) -> int:
         return len(self.inputs_keys)
-
-    def frame(self, entries: np.ndarray) -> pd.DataFrame:
-        """The entries as rows: their place, case, criterion and keys."""
-        return pd.DataFrame(
-            {
-                "case_position": entries // max(self.evaluators, 1),
-                "evaluator_position": entries % max(self.evaluators, 1),
-                "case_id": self.case_ids[entries],
-                "criterion": self.criteria[entries],
-                "evaluator_digest": self.evaluator_digests[entries],
-                "recording_key": self.recording_keys[entries],
-                "inputs_key": [self.inputs_keys[entry] for entry in entries],
-            }
-        )
 
 
 def verdict_keys(project: Project, cases: pd.DataFrame, runs: StoredTable, replays: StoredTable, version: str) -> WantedVerdicts:
@@ -360,18 +378,19 @@ def judge_wanted(
     judged_by_run: str,
 ) -> tuple[pd.DataFrame, list[int]]:
     """Verdict rows for the wanted `entries` (case and criterion), a chunk of clusters at a
-    time, each chunk's keys made a frame only while it is judged; and each row's place in the
-    table (case, then evaluator)."""
-    batches = RowBatches(VERDICTS_SCHEMA, VERDICT_NESTED)
+    time, only the chunk's cases, recordings and replays decoded while it is judged; and each
+    row's place in the table (its entry: case, then evaluator)."""
+    columns = VerdictColumns()
     slots: list[int] = []
     if not len(entries):
-        return batches.frame(), slots
+        return columns.frame(), slots
     run_positions = {case_id: position for position, case_id in enumerate(null_to_none(runs.columns("case_id")["case_id"]))}
     replay_positions = replay_rows(replays)
+    evaluators = project.evaluators
     for chunk_entries in chunks_of_clusters(wanted, entries, case_keys):
-        chunk = wanted.frame(chunk_entries)
-        positions = sorted(set(chunk["case_position"]))
-        chunk_cases = case_models(cases, positions)
+        chunk = chunk_entries.tolist()
+        case_positions = [entry // wanted.evaluators for entry in chunk]
+        chunk_cases = case_models(cases, case_positions)
         needed_runs = {case.case_id for case in chunk_cases.values()} | {
             case.source_id for case in chunk_cases.values() if case.source_id
         }
@@ -379,31 +398,25 @@ def judge_wanted(
             run.case_id: run
             for run in run_models(runs, [run_positions[case_id] for case_id in needed_runs if case_id in run_positions]).values()
         }
+        replay_keys_wanted = zip(wanted.case_ids[chunk_entries].tolist(), wanted.criteria[chunk_entries].tolist())
         chunk_replays = {
             (replay.case_id, replay.criterion): replay
-            for replay in replay_models(
-                replays, [replay_positions[key] for key in zip(null_to_none(chunk["case_id"]), null_to_none(chunk["criterion"])) if key in replay_positions]
-            ).values()
+            for replay in replay_models(replays, [replay_positions[key] for key in replay_keys_wanted if key in replay_positions]).values()
         }
         context = JudgingContext(
             cases={case.case_id: case for case in chunk_cases.values()},
             recordings=recordings,
             replays={key: replay for key, replay in chunk_replays.items() if made_from(replay, recordings.get(key[0]))},
         )
-        evaluators = project.evaluators
-        pairs = list(rows_of(chunk, ["case_position", "evaluator_position", "evaluator_digest", "recording_key", "inputs_key"]))
-        verdicts = judged(
-            [(evaluators[pair.evaluator_position], chunk_cases[pair.case_position]) for pair in pairs],
-            context, project.config.concurrency.judge,
-        )
-        for pair, verdict in zip(pairs, verdicts):
-            case = chunk_cases[pair.case_position]
-            row = verdict_row(verdict, case, context, version, judged_by_run)
+        pairs = [(evaluators[entry % wanted.evaluators], chunk_cases[entry // wanted.evaluators]) for entry in chunk]
+        verdicts = judged(pairs, context, project.config.concurrency.judge)
+        for entry, (evaluator, case), verdict in zip(chunk, pairs, verdicts):
             # A verdict that is not reusable (a judge that could not be reached) keeps no key.
-            inputs_key = pair.inputs_key if evaluators[pair.evaluator_position].reusable(verdict) else None
-            batches.add({**row, "evaluator_digest": pair.evaluator_digest, "recording_key": pair.recording_key, "inputs_key": inputs_key})
-            slots.append(pair.case_position * len(evaluators) + pair.evaluator_position)
-    return batches.frame(), slots
+            inputs_key = wanted.inputs_keys[entry] if evaluator.reusable(verdict) else None
+            keys = (wanted.evaluator_digests[entry], wanted.recording_keys[entry], inputs_key)
+            columns.add(verdict, case, context, version, judged_by_run, keys)
+        slots.extend(chunk)
+    return columns.frame(), slots
 
 
 def made_from(replay: FaultReplay, recording: RecordedRun | None) -> bool:

@@ -1,7 +1,8 @@
 """`state_matches`: the state a case left behind against the case's `expected.state`.
 
-DeepDiff finds the differences; a walk over the expected leaves turns them into one details
-row per compared path, so a person sees what matched as well as what did not. Dicts are walked
+The differences are DeepDiff's, found by a walk of our own that reports what DeepDiff reports
+(DeepDiff itself runs only where lists differ); a walk over the expected leaves turns them into
+one details row per compared path, so a person sees what matched as well as what did not. Dicts are walked
 key by key (subset mode lets the actual state carry extra keys); anything else, lists included,
 is one leaf compared whole and in order.
 
@@ -23,7 +24,7 @@ from ..model.cases import CaseRecord
 from ..model.records import RecordedRun
 from ..model.outcomes import EXCLUDED, FAIL, MISSING, PASS, Verdict
 from .base import Evaluator, EvaluatorConfig, JudgingContext
-from ..model.paths import ABSENT, DottedPath, absent_as_none, join_path, read_keys, read_path, split_glob_path, split_path
+from ..model.paths import ABSENT, DottedPath, absent_as_none, join_path, quote_key, read_keys, read_path, split_glob_path, split_path
 from .state_views import GlobPath, glob_matches, state_view
 
 Mode = Literal["exact", "subset"]
@@ -52,9 +53,20 @@ class NumbersWithin:
 
 
 def differences(expected: Any, actual: Any, tolerance: float | None = None) -> list[tuple[str, list[Any], Any]]:
-    """(DeepDiff report kind, key path, actual value there) for each difference."""
+    """(DeepDiff report kind, key path, actual value there) for each difference. Added keys
+    come in DeepDiff's order (the order rows are shown in); the other kinds in any order."""
+    found: list[tuple[str, list[Any], Any]] = []
+    try:
+        _walk_differences(expected, actual, tolerance or 0.0, [], found)
+    except _NeedsDeepDiff:
+        return deepdiff_differences(expected, actual, tolerance)
+    return found
+
+
+def deepdiff_differences(expected: Any, actual: Any, tolerance: float | None = None) -> list[tuple[str, list[Any], Any]]:
+    """`differences` as DeepDiff reports them (lists compared in order, as DeepDiff aligns them)."""
     # Imported here, not at start-up: importing DeepDiff takes about a second, and a run whose
-    # compared states are all equal (`same_value`, `StateComparison.agrees`) never needs it.
+    # compared states are dicts and plain values never needs it.
     from deepdiff import DeepDiff
 
     diff = DeepDiff(
@@ -66,6 +78,63 @@ def differences(expected: Any, actual: Any, tolerance: float | None = None) -> l
         threshold_to_diff_deeper=0,
     )
     return [(kind, level.path(output_format="list"), level.t2) for kind, levels in diff.tree.items() for level in levels]
+
+
+# The types a stored state is made of: anything else (a tuple in a state made in memory) is
+# left to DeepDiff, as is a list that differs (how DeepDiff aligns lists is its own).
+JSON_TYPES = frozenset({dict, list, str, int, float, bool, type(None)})
+REMOVED, VALUE_CHANGED, TYPE_CHANGED = "dictionary_item_removed", "values_changed", "type_changes"
+
+
+class _NeedsDeepDiff(Exception):
+    """The walk met what only DeepDiff reports faithfully."""
+
+
+def _walk_differences(expected: Any, actual: Any, tolerance: float, keys: list[Any], found: list) -> None:
+    """What DeepDiff (with `NumbersWithin`, diffing dicts ever deeper) reports, step for step:
+    numbers within the tolerance are equal; then the same object; then another type is a type
+    change; dicts report added keys (in the actual's order), removed keys, then recurse into
+    the shared ones (in the actual's order), keys starting `__` left out as DeepDiff leaves
+    them; equal lists report nothing."""
+    if is_number(expected) and is_number(actual) and abs(expected - actual) <= tolerance * (1 + TOLERANCE_SLACK):
+        return
+    if expected is actual:
+        return
+    kind = type(expected)
+    if kind not in JSON_TYPES or type(actual) not in JSON_TYPES:
+        raise _NeedsDeepDiff
+    if kind is not type(actual):
+        found.append((TYPE_CHANGED, keys, actual))
+    elif kind is dict:
+        found.extend((ADDED, [*keys, key], value) for key, value in actual.items() if key not in expected and not _private(key))
+        found.extend((REMOVED, [*keys, key], ABSENT) for key in expected if key not in actual and not _private(key))
+        for key, value in actual.items():
+            if key in expected and not _private(key):
+                _walk_differences(expected[key], value, tolerance, [*keys, key], found)
+    elif kind is list:
+        if not _identical(expected, actual):
+            raise _NeedsDeepDiff
+    elif expected != actual:
+        found.append((VALUE_CHANGED, keys, actual))
+
+
+def _private(key: Any) -> bool:
+    """A key DeepDiff leaves out of a comparison (its `ignore_private_variables`, on by default)."""
+    return isinstance(key, str) and key.startswith("__")
+
+
+def _identical(first: Any, second: Any) -> bool:
+    """The same JSON value, of the same types throughout (so DeepDiff finds nothing to report)."""
+    if first is second:
+        return True
+    kind = type(first)
+    if kind is not type(second) or kind not in JSON_TYPES:
+        return False
+    if kind is dict:
+        return first.keys() == second.keys() and all(_identical(value, second[key]) for key, value in first.items())
+    if kind is list:
+        return len(first) == len(second) and all(map(_identical, first, second))
+    return first == second
 
 
 def same_leaf(expected: Any, actual: Any, tolerance: float | None = None) -> bool:
@@ -102,6 +171,12 @@ def overlaps(leaf: Sequence[Any], changed: Sequence[Any]) -> bool:
     """A difference at, above or below a leaf makes that leaf differ."""
     shared = min(len(leaf), len(changed))
     return list(leaf[:shared]) == list(changed[:shared])
+
+
+def longer_path(path: str, key: Any) -> str:
+    """`join_path` of a path's keys and `key`, from the path's text."""
+    part = quote_key(key)
+    return part if not path else path + (part if part.startswith("[") else f".{part}")
 
 
 def state_row(keys: Sequence[Any], expected: Any, actual: Any, *, matched: bool) -> dict[str, Any]:
@@ -148,16 +223,31 @@ class StateComparison:
             )
         return same_leaf(expected, actual, self.tolerance)
 
+    def _agreeing_rows(self, expected: Any, actual: Any, keys: list[Any], path: str, rows: list[dict[str, Any]]) -> bool:
+        """`agrees` and, while it does, a matched row per leaf of `expected` (in `leaf_keys`
+        order, each with the actual value there), in one walk over both values."""
+        if isinstance(expected, dict) and isinstance(actual, dict) and expected:
+            if any(key not in actual for key in expected):
+                return False
+            if any(key not in expected and not self.tolerates_added([*keys, key]) for key in actual):
+                return False
+            return all(
+                self._agreeing_rows(value, actual[key], [*keys, key], longer_path(path, key), rows)
+                for key, value in expected.items()
+            )
+        if not self.agrees(expected, actual, keys):
+            return False
+        rows.append({"path": path, "expected": expected, "actual": actual, "matched": True})
+        return True
+
     def rows(self, path: str, expected: Any, actual: Any) -> list[dict[str, Any]]:
         base = split_path(path)
         if expected is ABSENT or actual is ABSENT:
             return self._rows_with_absence(base, expected, actual)
-        if self.agrees(expected, actual, base):
-            # Equal where compared: every leaf matched, and DeepDiff is not needed to say where not.
-            return [
-                state_row(base + leaf, read_keys(expected, leaf), read_keys(actual, leaf), matched=True)
-                for leaf in leaf_keys(expected)
-            ]
+        matched: list[dict[str, Any]] = []
+        if self._agreeing_rows(expected, actual, base, join_path(base), matched):
+            # Equal where compared: every leaf matched, and no diff is needed to say where not.
+            return matched
         found = differences(expected, actual, self.tolerance)
         differing = [keys for kind, keys, _ in found if not (kind == ADDED and self.tolerates_added(base + keys))]
         rows = [

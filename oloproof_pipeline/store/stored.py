@@ -13,13 +13,14 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .journal import log
 from .layout import StoredTableError, _short_reason, table_path
-from .tables import required_columns, rows_from_frame
+from .tables import from_json_text, required_columns, rows_from_frame
 
 Part = Path | pd.DataFrame
 
@@ -52,6 +53,23 @@ class PinnedFile:
 def table_of(path: Path) -> str:
     """The table a stored file is: `tables/<table>.parquet` or `tables/<table>/<version>.parquet`."""
     return path.stem if path.parent.name == "tables" else path.parent.name
+
+
+def taken_from(values: pa.Array | pa.ChunkedArray, positions: np.ndarray) -> list[Any]:
+    """The values at `positions` as Python objects. A column of stacked tables is taken from
+    chunk by chunk: Arrow takes from a chunked text column by joining its chunks first, a
+    copy of the whole column for every few rows asked for."""
+    if not isinstance(values, pa.ChunkedArray):
+        return values.take(pa.array(positions)).to_pylist()
+    starts = np.cumsum([0] + [len(chunk) for chunk in values.chunks])
+    chunk_of = np.searchsorted(starts, positions, side="right") - 1
+    taken: list[Any] = [None] * len(positions)
+    for index in np.unique(chunk_of).tolist():
+        slots = np.flatnonzero(chunk_of == index)
+        found = values.chunk(index).take(pa.array(positions[slots] - starts[index])).to_pylist()
+        for slot, value in zip(slots.tolist(), found):
+            taken[slot] = value
+    return taken
 
 
 class StoredTable:
@@ -146,6 +164,11 @@ class StoredTable:
 
     def columns(self, *names: str) -> pd.DataFrame:
         """The named columns (nulls for any the table lacks), read once each."""
+        self._read_columns(names)
+        return pd.DataFrame({name: self._read[name] for name in names})
+
+    def _read_columns(self, names: Iterable[str]) -> None:
+        """Each named column not yet read, read (nulls for any the table lacks)."""
         wanted = [name for name in dict.fromkeys(names) if name not in self._read]
         if wanted:
             pieces = [self._read_part(part, part_names, rows, wanted) for part, (part_names, rows) in zip(self._parts, self._part_shapes())]
@@ -155,7 +178,6 @@ class StoredTable:
                     pd.concat(columns, ignore_index=True) if len(columns) > 1
                     else columns[0] if columns else pd.Series([], dtype=object)
                 )
-        return pd.DataFrame({name: self._read[name] for name in names})
 
     def forget(self) -> None:
         """Let go of the columns read so far (a stage done with the rows it decoded); a later
@@ -186,6 +208,20 @@ class StoredTable:
         names, positions = list(names), list(positions)
         if not positions:
             return []
-        frame = self.columns(*names).iloc[positions]
-        return rows_from_frame(frame, [name for name in nested if name in names])
+        # Each column's values taken where asked, as Arrow converts them (as `rows_from_frame`
+        # does): no frame of the whole table is built for a few rows, which a stage decoding a
+        # chunk at a time would pay for on every chunk.
+        self._read_columns(names)
+        parsed, at = set(nested), np.asarray(positions, dtype=np.int64)
+        values = []
+        for name in names:
+            column = self._read[name]
+            # Typed columns are seen as Arrow without a copy, then taken; Python objects are
+            # taken first, so Arrow infers their type from the rows asked for alone.
+            if column.dtype == object:
+                taken = pa.array(column.take(positions), from_pandas=True).to_pylist()
+            else:
+                taken = taken_from(pa.array(column, from_pandas=True), at)
+            values.append([from_json_text(text) for text in taken] if name in parsed else taken)
+        return [dict(zip(names, row)) for row in zip(*values)]
 
