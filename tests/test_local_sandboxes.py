@@ -1,0 +1,128 @@
+"""A Python system's cases on several local sandboxes at once, without Dask: up to
+`concurrency.system` worker processes, each its own system instance, started only when one
+more pays (a system that waits, not a fast one), each case recorded once, the table the
+same as one sandbox's, and a crash costing only its own case. Every assertion counts worker
+processes (the pids the system writes) or compares tables, never a timing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from oloproof_pipeline.model.cases import load_cases
+from oloproof_pipeline.project import load_project
+from oloproof_pipeline.run.recording import record_cases
+from oloproof_pipeline.store.layout import table_path
+
+from conftest import write_project
+from helpers import oloproof
+from test_system_isolation import journal_rows
+
+# A system that waits (as one calling a model does) 50 ms per case, far longer than the
+# pipeline's own handling of a case, however loaded the machine; it writes a line per case
+# with its process id and its instance's count of cases, and case CRASH_AT ends its process.
+WAITING_APP = """
+import copy
+import json
+import os
+import pathlib
+import time
+
+CRASH_AT = "7"
+
+
+class System:
+    def __init__(self):
+        self.state = {}
+        self.cases = 0
+
+    def reset(self, state):
+        self.state = state
+
+    def snapshot(self):
+        return copy.deepcopy(self.state)
+
+    def __call__(self, request):
+        self.cases += 1
+        with pathlib.Path(__file__).with_name("calls.log").open("a") as log:
+            log.write(json.dumps({"case": request["n"], "pid": os.getpid()}) + "\\n")
+        if request["n"] == CRASH_AT:
+            os._exit(3)
+        time.sleep(WAIT_S)
+        self.state["done"] = True
+        return {"answer": "ok", "twice": request["n"] + request["n"]}
+"""
+TOTAL = 40
+CRASH_AT = "7"
+
+
+def numbered_cases(total: int) -> list[dict]:
+    return [
+        {"id": f"c{n:03d}", "input": {"n": str(n)}, "initial_state": {"done": False}, "expected": {"state": {"done": True}}}
+        for n in range(total)
+    ]
+
+
+def with_concurrency(root: Path, system_at_once: int) -> Path:
+    """The project with `concurrency: {system: N}` (write_project writes its config as JSON)."""
+    config_file = root / "oloproof.yaml"
+    config = json.loads(config_file.read_text())
+    config_file.write_text(json.dumps({**config, "concurrency": {"system": system_at_once}}, indent=2) + "\n")
+    return root
+
+
+def waiting_project(root: Path, *, system_at_once: int) -> Path:
+    app = WAITING_APP.replace("WAIT_S", "0.05")
+    return with_concurrency(write_project(root, app=app, cases=numbered_cases(TOTAL), timeout_s=30.0), system_at_once)
+
+
+def calls(root: Path) -> list[dict]:
+    return [json.loads(line) for line in (root / "calls.log").read_text().splitlines()]
+
+
+def recorded(root: Path) -> pd.DataFrame:
+    """The stored recordings, without what differs from run to run (its id, so the key, and the timings)."""
+    table = pd.read_parquet(table_path(root, "recorded_runs", "1.0.0"))
+    return table.drop(columns=["duration_s", "recorded_by_run", "recording_key"])
+
+
+def test_a_waiting_system_runs_on_up_to_concurrency_system_sandboxes_and_records_what_one_records(tmp_path):
+    one = waiting_project(tmp_path / "one", system_at_once=1)
+    four = waiting_project(tmp_path / "four", system_at_once=4)
+    for root in (one, four):
+        ran = oloproof("run", cwd=root)
+        assert ran.returncode == 0 and "recorded 40 cases and reused 0, 1 failed" in ran.stdout, ran.stdout + ran.stderr
+
+    # The same table, row for row in case order, whichever way the cases ran.
+    pd.testing.assert_frame_equal(recorded(one), recorded(four))
+    assert list(recorded(four)["case_id"]) == [f"c{n:03d}" for n in range(TOTAL)]
+    statuses = recorded(four).set_index("case_id")["status"]
+    assert statuses[f"c{int(CRASH_AT):03d}"] == "system_crashed"
+    assert (statuses.drop(f"c{int(CRASH_AT):03d}") == "ok").all()
+
+    # Each case was called once, and journalled once: the crash is recorded, never retried.
+    for root in (one, four):
+        assert sorted(call["case"] for call in calls(root)) == sorted(str(n) for n in range(TOTAL))
+        assert sorted(row["case_id"] for row in journal_rows(root)) == [f"c{n:03d}" for n in range(TOTAL)]
+
+    # One sandbox is one process (and a fresh one after the crash), as ever.
+    assert len({call["pid"] for call in calls(one)}) == 2
+    # Four at most: more than one process ran the waiting system, and no more than four
+    # sandboxes' (each sandbox's worker, plus the one that replaced the crashed worker).
+    pids = {call["pid"] for call in calls(four)}
+    assert 2 < len(pids) <= 4 + 1, pids
+
+
+FAST_APP = WAITING_APP.replace('CRASH_AT = "7"', 'CRASH_AT = "none"')
+
+
+def test_a_fast_system_stays_on_one_sandbox_whatever_concurrency_system_allows(tmp_path):
+    """Another sandbox pays only when the system's own time dominates: a system that answers
+    at once keeps its one worker process however many cases it has."""
+    root = with_concurrency(write_project(tmp_path / "fast", app=FAST_APP.replace("WAIT_S", "0"), cases=numbered_cases(120)), 8)
+    project = load_project(root)
+    runs, summary = record_cases(project, load_cases(project), version="1.0.0", run_id="fast")
+    assert summary.new == 120 and all(run.status == "ok" for run in runs)
+    assert len({call["pid"] for call in calls(root)}) == 1
