@@ -21,8 +21,9 @@ from helpers import oloproof
 from test_system_isolation import journal_rows
 
 # A system that waits (as one calling a model does) 50 ms per case, far longer than the
-# pipeline's own handling of a case, however loaded the machine; it writes a line per case
-# with its process id and its instance's count of cases, and case CRASH_AT ends its process.
+# pipeline's own handling of a case, however loaded the machine. It writes a line when a case
+# starts (with its process id) and one when it ends, each stamped with the machine's clock;
+# case CRASH_AT ends its process, case HANG_AT never returns.
 WAITING_APP = """
 import copy
 import json
@@ -30,13 +31,17 @@ import os
 import pathlib
 import time
 
-CRASH_AT = "7"
+CRASH_AT, HANG_AT = "7", "20"
+
+
+def note(**line):
+    with pathlib.Path(__file__).with_name("calls.log").open("a") as log:
+        log.write(json.dumps({**line, "at": time.time()}) + "\\n")
 
 
 class System:
     def __init__(self):
         self.state = {}
-        self.cases = 0
 
     def reset(self, state):
         self.state = state
@@ -45,17 +50,16 @@ class System:
         return copy.deepcopy(self.state)
 
     def __call__(self, request):
-        self.cases += 1
-        with pathlib.Path(__file__).with_name("calls.log").open("a") as log:
-            log.write(json.dumps({"case": request["n"], "pid": os.getpid()}) + "\\n")
+        note(case=request["n"], pid=os.getpid())
         if request["n"] == CRASH_AT:
             os._exit(3)
-        time.sleep(WAIT_S)
+        time.sleep(3600 if request["n"] == HANG_AT else WAIT_S)
         self.state["done"] = True
+        note(ended=request["n"])
         return {"answer": "ok", "twice": request["n"] + request["n"]}
 """
 TOTAL = 40
-CRASH_AT = "7"
+CRASH_AT, HANG_AT = "c007", "c020"
 
 
 def numbered_cases(total: int) -> list[dict]:
@@ -74,12 +78,23 @@ def with_concurrency(root: Path, system_at_once: int) -> Path:
 
 
 def waiting_project(root: Path, *, system_at_once: int) -> Path:
-    app = WAITING_APP.replace("WAIT_S", "0.05")
-    return with_concurrency(write_project(root, app=app, cases=numbered_cases(TOTAL), timeout_s=30.0), system_at_once)
+    app = WAITING_APP.replace("WAIT_S", "0.05")  # no case but HANG_AT overruns the default 5 s deadline, however loaded
+    return with_concurrency(write_project(root, app=app, cases=numbered_cases(TOTAL)), system_at_once)
 
 
 def calls(root: Path) -> list[dict]:
-    return [json.loads(line) for line in (root / "calls.log").read_text().splitlines()]
+    """Each case's start (its `case`, `pid` and `at`)."""
+    lines = [json.loads(line) for line in (root / "calls.log").read_text().splitlines()]
+    return [line for line in lines if "case" in line]
+
+
+def most_at_once(root: Path) -> int:
+    """The most cases that ran at once, by the system's own log (cases that never ended,
+    the crash and the hang, left out)."""
+    lines = [json.loads(line) for line in (root / "calls.log").read_text().splitlines()]
+    started = {line["case"]: line["at"] for line in lines if "case" in line}
+    spans = [(started[line["ended"]], line["at"]) for line in lines if "ended" in line]
+    return max(sum(1 for begin, end in spans if begin <= at < end) for at, _ in spans)
 
 
 def recorded(root: Path) -> pd.DataFrame:
@@ -93,29 +108,31 @@ def test_a_waiting_system_runs_on_up_to_concurrency_system_sandboxes_and_records
     four = waiting_project(tmp_path / "four", system_at_once=4)
     for root in (one, four):
         ran = oloproof("run", cwd=root)
-        assert ran.returncode == 0 and "recorded 40 cases and reused 0, 1 failed" in ran.stdout, ran.stdout + ran.stderr
+        assert ran.returncode == 0 and "recorded 40 cases and reused 0, 2 failed" in ran.stdout, ran.stdout + ran.stderr
 
     # The same table, row for row in case order, whichever way the cases ran.
     pd.testing.assert_frame_equal(recorded(one), recorded(four))
     assert list(recorded(four)["case_id"]) == [f"c{n:03d}" for n in range(TOTAL)]
+    # A case that crashes or hangs its sandbox costs that case only.
     statuses = recorded(four).set_index("case_id")["status"]
-    assert statuses[f"c{int(CRASH_AT):03d}"] == "system_crashed"
-    assert (statuses.drop(f"c{int(CRASH_AT):03d}") == "ok").all()
+    assert (statuses[CRASH_AT], statuses[HANG_AT]) == ("system_crashed", "timeout")
+    assert (statuses.drop([CRASH_AT, HANG_AT]) == "ok").all()
 
-    # Each case was called once, and journalled once: the crash is recorded, never retried.
+    # Each case was called once, and journalled once: a crash is recorded, never retried.
     for root in (one, four):
         assert sorted(call["case"] for call in calls(root)) == sorted(str(n) for n in range(TOTAL))
         assert sorted(row["case_id"] for row in journal_rows(root)) == [f"c{n:03d}" for n in range(TOTAL)]
 
-    # One sandbox is one process (and a fresh one after the crash), as ever.
-    assert len({call["pid"] for call in calls(one)}) == 2
-    # Four at most: more than one process ran the waiting system, and no more than four
-    # sandboxes' (each sandbox's worker, plus the one that replaced the crashed worker).
-    pids = {call["pid"] for call in calls(four)}
-    assert 2 < len(pids) <= 4 + 1, pids
+    # One sandbox, as ever: one case at a time, in one process until the crash, a fresh one
+    # after it and another after the hang.
+    assert most_at_once(one) == 1
+    assert len({call["pid"] for call in calls(one)}) == 3
+    # Four: the waiting system's cases ran side by side in several processes, never more than four at once.
+    assert 2 <= most_at_once(four) <= 4
+    assert len({call["pid"] for call in calls(four)}) > 3
 
 
-FAST_APP = WAITING_APP.replace('CRASH_AT = "7"', 'CRASH_AT = "none"')
+FAST_APP = WAITING_APP.replace('CRASH_AT, HANG_AT = "7", "20"', 'CRASH_AT, HANG_AT = "none", "none"')
 
 
 def test_a_fast_system_stays_on_one_sandbox_whatever_concurrency_system_allows(tmp_path):
