@@ -1,8 +1,9 @@
 """A Python system's cases on several local sandboxes at once, without Dask: up to
 `concurrency.system` worker processes, each its own system instance, started only when one
 more pays (a system that waits, not a fast one), each case recorded once, the table the
-same as one sandbox's, and a crash costing only its own case. Every assertion counts worker
-processes (the pids the system writes) or compares tables, never a timing."""
+same as one sandbox's, and a crash or a hang costing only its own case. Every assertion
+counts worker processes and cases at once (from the system's own log) or compares tables,
+never a duration."""
 
 from __future__ import annotations
 
