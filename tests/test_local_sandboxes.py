@@ -8,6 +8,10 @@ never a duration."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import socket
+import subprocess
 from pathlib import Path
 
 import pandas as pd
@@ -15,10 +19,11 @@ import pandas as pd
 from oloproof_pipeline.model.cases import load_cases
 from oloproof_pipeline.project import load_project
 from oloproof_pipeline.run.recording import record_cases
+from oloproof_pipeline.store.journal import Journal
 from oloproof_pipeline.store.layout import table_path
 
 from conftest import write_project
-from helpers import oloproof
+from helpers import OLOPROOF, cli_environment, oloproof
 from test_system_isolation import journal_rows
 
 # A system that waits (as one calling a model does) 50 ms per case, far longer than the
@@ -144,3 +149,51 @@ def test_a_fast_system_stays_on_one_sandbox_whatever_concurrency_system_allows(t
     runs, summary = record_cases(project, load_cases(project), version="1.0.0", run_id="fast")
     assert summary.new == 120 and all(run.status == "ok" for run in runs)
     assert len({call["pid"] for call in calls(root)}) == 1
+
+
+# The waiting system, except that case HELD_AT, the first time, says so on the test's socket
+# and waits on it: the test kills the run there, with the other sandboxes mid-case.
+HELD_AT = 12
+HELD_APP = WAITING_APP.replace('CRASH_AT, HANG_AT = "7", "20"', 'CRASH_AT, HANG_AT = "none", "none"').replace(
+    "        note(case=request[\"n\"], pid=os.getpid())\n",
+    "        note(case=request[\"n\"], pid=os.getpid())\n"
+    "        here = pathlib.Path(__file__).parent\n"
+    "        if request[\"n\"] == \"HELD_AT\" and not (here / \"held\").exists():\n"
+    "            (here / \"held\").touch()\n"
+    "            import socket\n"
+    "            held = socket.create_connection((\"127.0.0.1\", PORT))\n"
+    "            held.sendall(b\"running\")\n"
+    "            held.recv(1)\n",
+)
+
+
+def test_a_run_killed_on_several_sandboxes_is_resumed_never_calling_a_journalled_case_again(tmp_path):
+    """Each sandbox is handed its next case only once its last one is journalled: a run killed
+    while several sandboxes run cases has lost at most one case per sandbox, and the rerun
+    calls the system again for those only, never for a case the killed run journalled."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(120)
+    app = HELD_APP.replace("HELD_AT", str(HELD_AT)).replace("PORT", str(listener.getsockname()[1])).replace("WAIT_S", "0.05")
+    assert "held.recv(1)" in app
+    root = with_concurrency(write_project(tmp_path / "killed", app=app, cases=numbered_cases(TOTAL)), 4)
+    run = subprocess.Popen([OLOPROOF, "run", "--project", str(root)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           env=cli_environment(), start_new_session=True)
+    with listener, listener.accept()[0] as held:
+        held.settimeout(120)
+        assert held.recv(16) == b"running"
+        os.killpg(run.pid, signal.SIGKILL)
+        assert run.wait(timeout=120) == -signal.SIGKILL
+        assert held.recv(1) == b""  # the worker went with the run that supervised it
+    journalled = {row["case_id"] for row in Journal.for_partition(root, "recorded_runs", "1.0.0").rows()}
+    killed_run = calls(root)
+    assert len({call["pid"] for call in killed_run}) > 1  # several sandboxes were running when it was killed
+
+    rerun = oloproof("run", cwd=root)
+    assert rerun.returncode == 0 and f"recorded {TOTAL - len(journalled)} cases and reused {len(journalled)}" in rerun.stdout, rerun.stdout
+    called: dict[str, int] = {}
+    for call in calls(root):
+        called[f"c{int(call['case']):03d}"] = called.get(f"c{int(call['case']):03d}", 0) + 1
+    assert sorted(called) == [f"c{n:03d}" for n in range(TOTAL)]
+    again = {case for case, count in called.items() if count > 1}
+    assert f"c{HELD_AT:03d}" in again and not again & journalled  # a journalled case is never called again
+    assert len(again) <= 4 and all(count == 2 for count in called.values() if count > 1)
