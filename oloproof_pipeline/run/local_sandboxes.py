@@ -112,7 +112,8 @@ def on_local_sandboxes(settings: SandboxSettings, items: Iterable[Any], task: Sa
                 raise error
             sandbox.busy = False
             sandbox.served += 1
-            growth.observe(result, waited_s=time.monotonic() - asked, newest=sandbox is sandboxes[-1] and sandbox.served == 1)
+            now = time.monotonic()
+            growth.observe(result, now, waited_s=now - asked, newest=sandbox is sandboxes[-1] and sandbox.served == 1)
             yield item, result
     finally:
         for sandbox in sandboxes:
@@ -159,11 +160,11 @@ class Growth:
         self._waited_s = 0.0
         self._system_s: list[float] = []
 
-    def observe(self, result: Any, *, waited_s: float, newest: bool) -> None:
-        """A result came back after the driver waited `waited_s` for it; `newest`: the newest
-        sandbox's first (its start-up is over: the window opens now)."""
+    def observe(self, result: Any, now: float, *, waited_s: float, newest: bool) -> None:
+        """A result came back `now` after the driver waited `waited_s` for it; `newest`: the
+        newest sandbox's first (its start-up is over: the window opens now)."""
         if newest:
-            self._restart(time.monotonic())
+            self._restart(now)
             return
         if self._opened_at is None:
             return
