@@ -127,8 +127,10 @@ WINDOW_PER_SANDBOX = 4
 # below it, what keeps a sandbox busy is the pipeline's per-case handling (sending, reading
 # back, recording), which another sandbox does not overlap.
 SYSTEM_SHARE = 0.5
-# A sandbox added must raise the results per second by at least this factor; else none is added again.
-PAID_FACTOR = 1.1
+# A sandbox added to k must add at least this share of what one of the k brought (the results
+# per second over k); else none is added again. Cases that slow each other down (a CPU-bound
+# system on a busy machine) add less; so does a driver near its own pace.
+PAID_SHARE = 0.5
 
 
 class Growth:
@@ -141,8 +143,9 @@ class Growth:
     - a case's system time (`duration_s`, measured in the worker; the window's median) is
       more than SYSTEM_SHARE of a sandbox's time per case: a fast system's sandbox is busy
       with the pipeline's per-case handling, which more sandboxes would only contend for;
-    - the last sandbox added raised the results per second by PAID_FACTOR (a CPU-bound
-      system on a busy machine does not): once one did not, none is added again.
+    - the last sandbox added raised the results per second by at least PAID_SHARE of a
+      sandbox's share before it (a CPU-bound system on a busy machine does not): once one
+      did not, none is added again.
 
     Never more than `most` sandboxes. A window that decides against growing starts again,
     so the rule follows a system whose pace changes."""
@@ -150,7 +153,8 @@ class Growth:
     def __init__(self, most: int):
         self.most = most
         self.settled = False  # an added sandbox did not pay
-        self._rate_before: float | None = None  # results per second before the last sandbox was added
+        # Results per second, and sandboxes, before the last sandbox was added.
+        self._before: tuple[float, int] | None = None
         self._opened_at: float | None = None
         self._restart(None)
 
@@ -181,15 +185,17 @@ class Growth:
             return False
         window_s = max(now - self._opened_at, 1e-9)
         rate = self._results / window_s
-        if self._rate_before is not None and rate < PAID_FACTOR * self._rate_before:
-            self.settled = True
-            return False
-        self._rate_before = None
+        if self._before is not None:
+            rate_before, fewer = self._before
+            if rate - rate_before < PAID_SHARE * rate_before / fewer:
+                self.settled = True
+                return False
+            self._before = None
         driver_s = window_s - self._waited_s
         sandbox_s = sandboxes * window_s / self._results  # a sandbox's time per case
         grows = self._waited_s > driver_s and statistics.median(self._system_s) > SYSTEM_SHARE * sandbox_s
         if grows:
-            self._rate_before = rate
+            self._before = (rate, sandboxes)
             self._restart(None)  # opened again by the new sandbox's first result
         else:
             self._restart(now)
