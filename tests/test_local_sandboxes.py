@@ -23,15 +23,14 @@ from oloproof_pipeline.store.journal import Journal
 from oloproof_pipeline.store.layout import table_path
 
 from conftest import write_project
-from helpers import OLOPROOF, cli_environment, oloproof
+from helpers import OLOPROOF, cli_environment, oloproof, tiny_stateful_app
 from test_system_isolation import journal_rows
 
 # A system that waits (as one calling a model does) 50 ms per case, far longer than the
 # pipeline's own handling of a case, however loaded the machine. It writes a line when a case
 # starts (with its process id) and one when it ends, each stamped with the machine's clock;
 # case CRASH_AT ends its process, case HANG_AT never returns.
-WAITING_APP = """
-import copy
+WAITING_APP = tiny_stateful_app() + """
 import json
 import os
 import pathlib
@@ -45,24 +44,20 @@ def note(**line):
         log.write(json.dumps({**line, "at": time.time()}) + "\\n")
 
 
-class System:
-    def __init__(self):
-        self.state = {}
+_marks_done = System.__call__
 
-    def reset(self, state):
-        self.state = state
 
-    def snapshot(self):
-        return copy.deepcopy(self.state)
+def _waiting_call(self, request):
+    note(case=request["n"], pid=os.getpid())
+    if request["n"] == CRASH_AT:
+        os._exit(3)
+    time.sleep(3600 if request["n"] == HANG_AT else WAIT_S)
+    answer = _marks_done(self, request)
+    note(ended=request["n"])
+    return {**answer, "twice": request["n"] + request["n"]}
 
-    def __call__(self, request):
-        note(case=request["n"], pid=os.getpid())
-        if request["n"] == CRASH_AT:
-            os._exit(3)
-        time.sleep(3600 if request["n"] == HANG_AT else WAIT_S)
-        self.state["done"] = True
-        note(ended=request["n"])
-        return {"answer": "ok", "twice": request["n"] + request["n"]}
+
+System.__call__ = _waiting_call
 """
 TOTAL = 40
 CRASH_AT, HANG_AT = "c007", "c020"
@@ -155,15 +150,15 @@ def test_a_fast_system_stays_on_one_sandbox_whatever_concurrency_system_allows(t
 # and waits on it: the test kills the run there, with the other sandboxes mid-case.
 HELD_AT = 12
 HELD_APP = WAITING_APP.replace('CRASH_AT, HANG_AT = "7", "20"', 'CRASH_AT, HANG_AT = "none", "none"').replace(
-    "        note(case=request[\"n\"], pid=os.getpid())\n",
-    "        note(case=request[\"n\"], pid=os.getpid())\n"
-    "        here = pathlib.Path(__file__).parent\n"
-    "        if request[\"n\"] == \"HELD_AT\" and not (here / \"held\").exists():\n"
-    "            (here / \"held\").touch()\n"
-    "            import socket\n"
-    "            held = socket.create_connection((\"127.0.0.1\", PORT))\n"
-    "            held.sendall(b\"running\")\n"
-    "            held.recv(1)\n",
+    "    note(case=request[\"n\"], pid=os.getpid())\n",
+    "    note(case=request[\"n\"], pid=os.getpid())\n"
+    "    here = pathlib.Path(__file__).parent\n"
+    "    if request[\"n\"] == \"HELD_AT\" and not (here / \"held\").exists():\n"
+    "        (here / \"held\").touch()\n"
+    "        import socket\n"
+    "        held = socket.create_connection((\"127.0.0.1\", PORT))\n"
+    "        held.sendall(b\"running\")\n"
+    "        held.recv(1)\n",
 )
 
 
