@@ -146,7 +146,9 @@ class System:
 
 
 def slow_project(root: Path, total: int) -> Path:
-    return write_project(
+    """A project of slow cases on one sandbox per run (`concurrency: {system: 1}`), so the
+    calls log shows whether two runs ever run cases at once."""
+    root = write_project(
         root,
         app=SLOW_APP,
         cases=[
@@ -154,6 +156,9 @@ def slow_project(root: Path, total: int) -> Path:
             for n in range(total)
         ],
     )
+    config = root / "oloproof.yaml"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "concurrency": {"system": 1}}, indent=2) + "\n")
+    return root
 
 
 def start_cli_run(root: Path) -> subprocess.Popen:

@@ -274,10 +274,10 @@ MAX_CONCURRENCY = 1024
 
 class ConcurrencyConfig(StrictModel):
     """Oloproof's `concurrency`: how many cases run at once (`system`), and how many judge
-    calls per endpoint (`judge`). Here `system` applies to `kind: chat_agent` (cases in
-    threads of one worker process, run/worker.py); a Python system runs one case at a time
-    per sandbox (`execution.workers` for more). `judge`: a rubric judge's questions in flight
-    at once (evaluators/judging.py)."""
+    calls per endpoint (`judge`). Here `system` is, for `kind: chat_agent`, cases in threads
+    of one worker process (run/worker.py); for a Python system, the most local sandboxes
+    (worker processes) its cases run on at once without Dask (run/local_sandboxes.py).
+    `judge`: a rubric judge's questions in flight at once (evaluators/judging.py)."""
 
     system: int = Field(default=8, ge=1, le=MAX_CONCURRENCY)
     judge: int = Field(default=4, ge=1, le=MAX_CONCURRENCY)

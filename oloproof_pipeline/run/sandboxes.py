@@ -1,4 +1,4 @@
-"""Cases of one partition across sandboxes: one here, or several on Dask distributed.
+"""Cases of one partition across sandboxes: here (one, or several local ones), or on Dask distributed.
 
 A sandbox is one system instance in a supervised worker process of its own
 (run/supervisor.py), so the system never runs in the evaluating process, nor in a Dask
@@ -9,7 +9,9 @@ worker waiting on the driver as long as it works. What a worker holds (the batch
 and where a round trip is not negligible the one next in line, `BatchSizing`) is its
 cases in flight: a worker that dies costs those, each recorded as lost with it, no other.
 The driver journals each case of a batch, in order, as the batch comes back, and sends the
-next batch only then. Without Dask the cases run in order on one sandbox.
+next batch only then. Without Dask the cases run in order on one sandbox, or, for a Python
+system whose `concurrency.system` allows more, on as many local sandboxes as pay
+(run/local_sandboxes.py).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import time
 from contextlib import ExitStack
 from dataclasses import dataclass
 from itertools import islice, tee
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Iterable, Iterator
 from uuid import uuid4
 
 from ..model.cases import CaseRecord
@@ -29,18 +31,9 @@ from ..model.digests import canonical_json
 from ..model.errors import PipelineError, ProjectError
 from ..model.records import RecordedRun
 from .budget import BudgetExhausted
+from .local_sandboxes import SandboxTask, on_local_sandboxes
 from .spec import SandboxSettings
 from .supervisor import SupervisedSandbox, start_fork_server
-
-
-@dataclass(frozen=True)
-class SandboxTask:
-    """What a sandbox does with one item of a stage's work (`one`), and, where it can, with
-    a stream of them on one sandbox (`each`: one worker for the stream, each item sent
-    once the one before is journalled). Both plain functions, so a Dask worker can be sent them."""
-
-    one: Callable[[SupervisedSandbox, Any], Any]
-    each: Callable[[SupervisedSandbox, Iterable[Any]], Iterator[tuple[Any, Any]]] | None = None
 
 
 # One sandbox per Dask worker process, kept between the tasks of one fan-out: building a
@@ -104,13 +97,17 @@ def run_batch_on_worker(settings: SandboxSettings, task: SandboxTask, items: lis
 def in_sandboxes(
     settings: SandboxSettings, items: Iterable[Any], task: SandboxTask, *, sandboxes: "Sandboxes | None" = None
 ) -> Iterator[tuple[Any, Any]]:
-    """(item, its result) for each item as soon as it is known: in order on one sandbox, or
-    spread over the Dask workers' sandboxes in batches (`BatchSizing`). A Dask worker that
+    """(item, its result) for each item as soon as it is known: in order on one sandbox,
+    spread over up to `settings.local_sandboxes` local ones (as they come back), or over the
+    Dask workers' sandboxes in batches (`BatchSizing`). A Dask worker that
     died yields its exception as the result of each item of the batches it held, so it costs
     those items only; a system that cannot be built (a ProjectError) stops the whole run, as
     it would every item, and so does an exception of the pipeline's own code (a
     PipelineError): it is never an item's result."""
     client = sandboxes.client() if sandboxes is not None else None
+    if client is None and settings.local_sandboxes > 1:
+        yield from on_local_sandboxes(settings, items, task)
+        return
     if client is None:
         with SupervisedSandbox(settings) as sandbox:
             if task.each is not None:

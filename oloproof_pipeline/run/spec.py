@@ -68,6 +68,9 @@ class SandboxSettings:
     # Cases one sandbox runs side by side, in threads of its one worker process (a chat
     # agent's `concurrency.system`); 1: one at a time on the worker's main thread.
     cases_at_once: int = 1
+    # Local sandboxes a stage may run at once without Dask, each a worker process of its own
+    # (a Python system's `concurrency.system`, run/local_sandboxes.py); 1: one sandbox.
+    local_sandboxes: int = 1
 
     def as_json(self) -> dict[str, Any]:
         return {**asdict(self), "spec": self.spec.as_json()}

@@ -53,8 +53,14 @@ def cases_at_once(project: Project) -> int:
 
 def sandbox_settings(project: Project, version: str) -> SandboxSettings:
     """The sandboxes of one partition's stage: this system, filed under `version`, each case
-    under `execution.timeout_s`."""
-    return SandboxSettings(system_spec(project), version, project.config.execution.timeout_s, cases_at_once=cases_at_once(project))
+    under `execution.timeout_s`. A Python system's `concurrency.system` is how many local
+    sandboxes (worker processes) may run its cases at once; a chat agent's, its cases side
+    by side in one."""
+    config = project.config
+    return SandboxSettings(
+        system_spec(project), version, config.execution.timeout_s, cases_at_once=cases_at_once(project),
+        local_sandboxes=1 if config.system.is_chat_agent else config.concurrency.system,
+    )
 
 
 def reported_version(attribute: Any) -> str | None:
