@@ -144,7 +144,9 @@ def parse_json(text: str) -> Any:
         value = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
     except RecursionError:
         raise ValueError(f"nested more than {MAX_JSON_DEPTH} levels deep") from None
-    if _depth(value) > MAX_JSON_DEPTH:
+    # Each level opens a bracket: text with few of them (those inside strings counted too)
+    # cannot nest too deep, so only a value with many is walked.
+    if text.count("{") + text.count("[") > MAX_JSON_DEPTH and _depth(value) > MAX_JSON_DEPTH:
         raise ValueError(f"nested more than {MAX_JSON_DEPTH} levels deep")
     return value
 
