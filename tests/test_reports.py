@@ -366,12 +366,15 @@ def test_every_report_template_ships_as_package_data():
 
 def test_report_pieces_escape_as_html_escape_does():
     """Autoescape is on, with html.escape's entities (the report's bytes predate the templates)."""
-    macros = environment().get_template("macros.html.j2").module
-    assert str(macros.case_link("a<b>\"c'&")) == '<a href="#case-a&lt;b&gt;&quot;c&#x27;&amp;">a&lt;b&gt;&quot;c&#x27;&amp;</a>'
-    assert str(macros.outcome(None)) == '<span class=""></span>'  # None prints as nothing
-    cells = str(macros.call_cells({"tool": "<t>", "arguments": {"note": "it's \"x\""}, "result": None}))
+    pieces = environment().filters
+    assert str(pieces["case_link"]("a<b>\"c'&")) == '<a href="#case-a&lt;b&gt;&quot;c&#x27;&amp;">a&lt;b&gt;&quot;c&#x27;&amp;</a>'
+    assert str(pieces["outcome"](None)) == '<span class=""></span>'  # None prints as nothing
+    cells = str(pieces["call_cells"]({"tool": "<t>", "arguments": {"note": "it's \"x\""}, "result": None}))
     assert cells == "<td>&lt;t&gt;</td><td>{&quot;note&quot;: &quot;it&#x27;s \\&quot;x\\&quot;&quot;}</td><td>null</td>"
-    assert str(macros.run_link("0a1b2c3d-4e5f")) == '<code title="0a1b2c3d-4e5f">0a1b2c3d</code>'
+    assert str(pieces["run_link"]("0a1b2c3d-4e5f", None)) == '<code title="0a1b2c3d-4e5f">0a1b2c3d</code>'
+    linked = str(pieces["run_link"]("0a1b-<x>", "http://h:3000"))
+    assert linked == '<a href="http://h:3000/runs/0a1b-&lt;x&gt;"><code title="0a1b-&lt;x&gt;">0a1b</code></a>'
+    assert str(pieces["table_head"](["a&b", ""])) == "<table><thead><tr><th>a&amp;b</th><th></th></tr></thead><tbody>"
 
 
 def test_report_marks_the_first_difference_the_verdict_found():

@@ -123,17 +123,18 @@ def fault_replay_view(verdict: dict[str, Any], replay: dict[str, Any] | None) ->
     )
 
 
-def pair_view(results: VersionResults, case: dict[str, Any], verdict: dict[str, Any]) -> PairView:
-    source_id = case.get("source_id") or ""
-    source_calls = tool_calls(results.recording(source_id, PANEL_RUN_FIELDS))
-    copy_calls = tool_calls(results.recording(case["case_id"], PANEL_RUN_FIELDS))
+def pair_view(
+    verdict: dict[str, Any], source_id: str, copy_id: str, source_calls: list[dict[str, Any]], copy_calls: list[dict[str, Any]],
+) -> PairView:
+    """A copy's verdict beside its source's calls and its own (each recording decoded once per
+    panel, however many verdicts the copy has)."""
     details = verdict.get("details")
     at = details.get("first_difference") if isinstance(details, dict) else None
     if at is None:
         at = first_difference(source_calls, copy_calls, same=same_call)
     return PairView(
         criterion=verdict["criterion"], outcome=verdict["outcome"], reason=verdict["reason"], source_id=source_id,
-        copy_id=case["case_id"], source_calls=source_calls, copy_calls=copy_calls, first_difference=at, details=details,
+        copy_id=copy_id, source_calls=source_calls, copy_calls=copy_calls, first_difference=at, details=details,
     )
 
 
@@ -281,16 +282,16 @@ def case_panel(
         {**row, "criterion": verdict["criterion"]} for verdict in verdicts for row in compared_paths(verdict)
     ]
     trajectory = recording.get("trajectory") or {}
+    calls = tool_calls(recording)
     faults = [
         fault_replay_view(verdict, by_case.get((case_id, verdict["criterion"])))
         for verdict in verdicts
         if verdict["outcome"] != EXCLUDED and is_fault_verdict(verdict, by_case.get((case_id, verdict["criterion"])))
     ]
-    pairs = [
-        pair_view(results, case, verdict)
-        for verdict in verdicts
-        if case.get("source_id") and verdict["outcome"] != EXCLUDED
-    ]
+    judged = [verdict for verdict in verdicts if verdict["outcome"] != EXCLUDED]
+    source_id = case.get("source_id")
+    source_calls = tool_calls(results.recording(source_id, PANEL_RUN_FIELDS)) if source_id and judged else []
+    pairs = [pair_view(verdict, source_id, case_id, source_calls, calls) for verdict in judged] if source_id else []
     return CasePanel(
         case_id=case_id,
         version=results.version,
@@ -299,7 +300,7 @@ def case_panel(
         status=recording.get("status"),
         error=recording.get("error"),
         state_rows=state_rows,
-        tool_calls=tool_calls(recording),
+        tool_calls=calls,
         verdicts=verdicts,
         constraints=trajectory.get("constraints") or [],
         events=scripted_events(recording),
