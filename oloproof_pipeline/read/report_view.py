@@ -265,6 +265,10 @@ class StoredReplays(Mapping):
         return [tuple(values[position] for values in self._columns.values()) for position in self._of_case.get(case_id, ())]
 
 
+NO_STATE_ROW = {"path": None, "expected": None, "actual": None, "matched": None}
+NO_CONSTRAINT = {"name": None, "passed": None, "detail": None}
+
+
 def case_panel(
     results: VersionResults,
     case_id: str,
@@ -278,8 +282,10 @@ def case_panel(
     by_case = replays if isinstance(replays, Mapping) else replays_by_case(replays)
     recording = results.recording(case_id, PANEL_RUN_FIELDS) or {}
     verdicts = results.verdicts_of(case_id, PANEL_VERDICT_FIELDS)
+    # Each key a row shows is present (None when not recorded): the template reads them by
+    # subscript, as a `.get` costs Jinja a context call per row.
     state_rows = [
-        {**row, "criterion": verdict["criterion"]} for verdict in verdicts for row in compared_paths(verdict)
+        {**NO_STATE_ROW, **row, "criterion": verdict["criterion"]} for verdict in verdicts for row in compared_paths(verdict)
     ]
     trajectory = recording.get("trajectory") or {}
     calls = tool_calls(recording)
@@ -302,7 +308,7 @@ def case_panel(
         state_rows=state_rows,
         tool_calls=calls,
         verdicts=verdicts,
-        constraints=trajectory.get("constraints") or [],
+        constraints=[{**NO_CONSTRAINT, **item} for item in trajectory.get("constraints") or ()],
         events=scripted_events(recording),
         fault_replays=faults,
         pairs=pairs,

@@ -94,6 +94,8 @@ def escaped(value: Any) -> Markup:
     """Every `{{ value }}`: escaped with the entities `html.escape` writes (`&quot;`, `&#x27;`),
     so the report's bytes are what they were before the templates; None prints as nothing.
     Markup (a macro's output) is already HTML."""
+    if type(value) is str:  # most values: tested first
+        return _escaped(value)
     if isinstance(value, Markup):
         return value
     return _escaped("" if value is None else str(value))
