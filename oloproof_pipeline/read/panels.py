@@ -79,7 +79,8 @@ def row_digests(columns: list[list[Any]]) -> Iterator[str]:
 @dataclass
 class PanelStore:
     """The version's kept panels (`kept`), the ones rendered now (`put`, written a batch at a
-    time), and, once the report is written, only this report's panels kept (`finish`)."""
+    time), and, once the report is written, only this report's panels kept (`finish`, which
+    commits it all at once)."""
 
     path: Path
     rendered: int = 0
@@ -161,14 +162,14 @@ class PanelStore:
         connection, pending, self._pending = self._open(), self._pending, []
         if connection is None or not pending:
             return
-        try:
-            with connection:
-                connection.executemany("INSERT OR REPLACE INTO panels (key, case_id, html) VALUES (?, ?, ?)", pending)
+        try:  # committed with the report (`finish`): one commit, not one per batch
+            connection.executemany("INSERT OR REPLACE INTO panels (key, case_id, html) VALUES (?, ?, ?)", pending)
         except sqlite3.Error as error:
             self._give_up(error)
 
     def finish(self) -> None:
-        """The report is written: its panels kept, every other one dropped."""
+        """The report is written: its panels kept, every other one dropped, in the one commit
+        (each commit waits for the disk; a report cut short leaves the panels as they were)."""
         self._write()
         connection = self._open()
         if connection is None:
