@@ -218,6 +218,31 @@ def test_kept_panels_are_dropped_when_the_report_code_or_the_store_changes(evalu
     assert (broken.panels_rendered, broken.panels_reused) == (72, 0) and len(kept_panels(evaluated_desk)) == 72
 
 
+def test_hostile_text_a_system_recorded_shows_as_text_in_its_panel(evaluated_desk):
+    """What a system answered, the error it raised and the tools it named are shown, never run:
+    a recording with markup in them renders it escaped, wherever the panel shows it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    stored = evaluated_desk / ".oloproof" / "tables" / "recorded_runs" / "1.0.0.parquet"
+    runs = pq.read_table(stored)
+    rows = runs.to_pylist()
+    recording = next(row for row in rows if row["case_id"] == "ord-001")
+    assert '"tool":"lookup_order"' in recording["trajectory"]
+    recording["output"] = json.dumps({"answer": "</pre><script>alert('answer')</script>"})
+    recording["error"] = "<img src=x onerror=alert('error')>"
+    recording["trajectory"] = recording["trajectory"].replace('"tool":"lookup_order"', '"tool":"<b>lookup_order</b>"')
+    pq.write_table(pa.Table.from_pylist(rows, schema=runs.schema), stored)
+
+    html = rewritten_report(evaluated_desk).path.read_text()
+    parser = Sections()
+    parser.feed(html)
+    panel = parser.sections["case-ord-001"]
+    assert '{"answer": "</pre><script>alert(\'answer\')</script>"}' in panel
+    assert "Error: <img src=x onerror=alert('error')>" in panel and "<b>lookup_order</b>" in panel
+    assert "<script>alert" not in html and "<img src=x" not in html and "<b>lookup_order" not in html
+
+
 def test_export_writes_one_json_line_per_case_and_run(two_versions):
     exported = oloproof("export", "--format", "jsonl", "--version", "1.0.0", cwd=two_versions)
     assert exported.returncode == 0, exported.stderr
