@@ -206,6 +206,37 @@ def test_a_run_with_one_case_added_renders_that_cases_panels_only(evaluated_desk
     assert 'id="case-ord-101~paraphrase"' in written
 
 
+def panel_html(report: Path) -> dict[str, str]:
+    """Each case's section of a report, the run ids it links to taken out."""
+    html = re.sub(r"[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}|>[0-9a-f]{8}<", "(run)", report.read_text())
+    sections = re.findall(r'(<section class="case[^"]*" id="case-([^"]+)".*?</section>)', html, re.S)
+    return {case_id: section for section, case_id in sections}
+
+
+def test_a_new_version_renders_only_the_panels_that_show_something_new(two_versions, tmp_path):
+    """The agent developer's loop: a new version's report copies each panel the last version's
+    report kept when it shows the same (its run links filled with this version's runs), renders
+    the others, and is the report a render from nothing writes."""
+    scratch = copy_project(two_versions, tmp_path / "scratch", with_store=True)
+    report_panels_path(scratch, "1.1.0").unlink()
+    before = kept_panels(scratch, "1.0.0")
+    again = rewritten_report(scratch, "1.1.0")
+    after = kept_panels(scratch, "1.1.0")
+    rendered = {case_id for key, case_id in after.items() if key not in before}
+
+    old, new = panel_html(report_path(scratch, "1.0.0")), panel_html(again.path)
+    assert rendered == {case_id for case_id in new if new[case_id] != old.get(case_id)}
+    assert 0 < len(rendered) < len(new) and (again.panels_rendered, again.panels_reused) == (len(rendered), len(new) - len(rendered))
+    written = again.path.read_text()
+    old_runs = set(read_table(scratch, "verdicts", "1.0.0")["judged_by_run"]) - set(read_table(scratch, "verdicts", "1.1.0")["judged_by_run"])
+    assert old_runs and not any(run_id in written for run_id in old_runs)
+
+    report_panels_path(scratch, "1.0.0").unlink()
+    report_panels_path(scratch, "1.1.0").unlink()
+    fresh = rewritten_report(scratch, "1.1.0")
+    assert fresh.panels_reused == 0 and without_times(fresh.path.read_text()) == without_times(written)
+
+
 def test_kept_panels_are_dropped_when_the_report_code_or_the_store_changes(evaluated_desk, monkeypatch):
     """A panel kept by other code is never copied (its key names the code that rendered it), and
     a panel store that is no longer SQLite costs one full render, not the report."""
@@ -230,7 +261,7 @@ def test_hostile_text_a_system_recorded_shows_as_text_in_its_panel(evaluated_des
     recording = next(row for row in rows if row["case_id"] == "ord-001")
     assert '"tool":"lookup_order"' in recording["trajectory"]
     recording["output"] = json.dumps({"answer": "</pre><script>alert('answer')</script>"})
-    recording["error"] = "<img src=x onerror=alert('error')>"
+    recording["error"] = "<img src=x onerror=alert('error')> <run-link 0>"  # nor a kept panel's run link hole
     recording["trajectory"] = recording["trajectory"].replace('"tool":"lookup_order"', '"tool":"<b>lookup_order</b>"')
     pq.write_table(pa.Table.from_pylist(rows, schema=runs.schema), stored)
 
@@ -239,7 +270,7 @@ def test_hostile_text_a_system_recorded_shows_as_text_in_its_panel(evaluated_des
     parser.feed(html)
     panel = parser.sections["case-ord-001"]
     assert '{"answer": "</pre><script>alert(\'answer\')</script>"}' in panel
-    assert "Error: <img src=x onerror=alert('error')>" in panel and "<b>lookup_order</b>" in panel
+    assert "Error: <img src=x onerror=alert('error')> <run-link 0>" in panel and "<b>lookup_order</b>" in panel
     assert "<script>alert" not in html and "<img src=x" not in html and "<b>lookup_order" not in html
 
 

@@ -178,6 +178,9 @@ def verdict_summary(verdict: dict[str, Any]) -> str:
 PANEL_CASE_FIELDS = ("case_id", "source_id", "input")
 PANEL_RUN_FIELDS = ("output", "status", "error", "trajectory")
 PANEL_VERDICT_FIELDS = ("case_id", "criterion", "outcome", "reason", "details", "recorded_by_run", "replayed_by_run", "judged_by_run")
+# The runs each verdict row links to: the only thing a panel shows that names the run rather
+# than the case, so a panel is kept without them and they are filled in as it is written.
+PANEL_RUN_LINK_FIELDS = ("recorded_by_run", "replayed_by_run", "judged_by_run")
 # What the whole report reads of the recordings: the panels' fields, and which run made each.
 REPORT_RUN_FIELDS = ("case_id", *PANEL_RUN_FIELDS, "recorded_by_run")
 
@@ -261,8 +264,10 @@ class StoredReplays(Mapping):
         return len(self._at)
 
     def stored_values(self, case_id: str) -> list[tuple[Any, ...]]:
-        """The case's replay rows as stored (JSON as text, nothing decoded), for its panel's key."""
-        return [tuple(values[position] for values in self._columns.values()) for position in self._of_case.get(case_id, ())]
+        """The case's replay rows as stored (JSON as text, nothing decoded), for its panel's key:
+        what the panel shows of them (not the run that replayed them)."""
+        shown = [values for name, values in self._columns.items() if name != "replayed_by_run"]
+        return [tuple(values[position] for values in shown) for position in self._of_case.get(case_id, ())]
 
 
 NO_STATE_ROW = {"path": None, "expected": None, "actual": None, "matched": None}

@@ -13,6 +13,7 @@ import html
 import os
 import shutil
 from contextlib import suppress
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
@@ -37,10 +38,12 @@ from .panels import PANELS_AT_ONCE, PanelKeys, PanelStore
 from .report_view import (
     FAILING,
     PANEL_CASE_FIELDS,
+    PANEL_RUN_LINK_FIELDS,
     PANEL_VERDICT_FIELDS,
     REPORT_REPLAY_FIELDS,
     REPORT_RUN_FIELDS,
     REPORT_VALIDITY_FIELDS,
+    CasePanel,
     StoredReplays,
     case_panel,
     cases_failing_first,
@@ -120,9 +123,60 @@ def case_link(case_id: str) -> Markup:
     return Markup(f'<a href="#case-{text}">{text}</a>')
 
 
-@lru_cache(maxsize=4096)
-def run_link(run_id: str | None, dagster_url: str | None) -> Markup:
+# Where a kept panel links to a run (see `RunLinkHole`): no text a recording holds can spell
+# it, since every `<` in one is escaped.
+RUN_LINK_HOLE = "<run-link "
+
+
+@dataclass(frozen=True)
+class RunLinkHole:
+    """A run link left out of a panel as it is rendered (the `index`th of the runs its verdict
+    rows link to), so the panel is kept by what it shows of its case and fits any run that
+    recorded and judged it alike; `with_run_links` fills it as the report is written."""
+
+    index: int
+
+
+def run_link(run_id: str | RunLinkHole | None, dagster_url: str | None) -> Markup:
     """A short run id, linked to the run's page when a Dagster webserver URL is configured."""
+    if isinstance(run_id, RunLinkHole):
+        return _hole(run_id.index)
+    return _run_link(run_id, dagster_url)
+
+
+@lru_cache(maxsize=None)
+def run_link_hole(index: int) -> RunLinkHole:
+    return RunLinkHole(index)
+
+
+@lru_cache(maxsize=None)
+def _hole(index: int) -> Markup:
+    return Markup(f"{RUN_LINK_HOLE}{index}>")
+
+
+def with_run_links(section: str, run_ids: list[str | None], dagster_url: str | None) -> Markup:
+    """A panel with each run link hole filled: the run ids in the order its holes number them."""
+    head, *holes = section.split(RUN_LINK_HOLE)
+    parts = [head]
+    for hole in holes:
+        index, rest = hole.split(">", 1)
+        parts += (_run_link(run_ids[int(index)], dagster_url), rest)
+    return Markup("".join(parts))
+
+
+def take_out_run_links(panel: CasePanel) -> list[str | None]:
+    """The runs the panel's verdict rows link to, in order, each replaced by its hole in the
+    panel's own verdict rows (the panel is built for this one render)."""
+    run_ids: list[str | None] = []
+    for verdict in panel.verdicts:
+        for name in PANEL_RUN_LINK_FIELDS:
+            run_ids.append(verdict[name])
+            verdict[name] = run_link_hole(len(run_ids) - 1)
+    return run_ids
+
+
+@lru_cache(maxsize=4096)
+def _run_link(run_id: str | None, dagster_url: str | None) -> Markup:
     if not run_id:
         return Markup("-")
     short = f'<code title="{escaped(run_id)}">{escaped(short_run_id(run_id))}</code>'
@@ -275,26 +329,28 @@ def panel_sections(
     env: Environment, results: VersionResults, case_ids: list[str], replays: StoredReplays, dagster_url: str | None,
     panels: PanelStore | None,
 ) -> Iterator[Markup]:
-    """Each case's section, in order: the one kept under its key, else rendered (and kept).
-    Looked up a batch of cases at a time, so only a batch of panels is ever held."""
-    # The panel macro alone, in the context the page gives it (its run links need the URL).
-    case_section = env.get_template("case.html.j2").make_module({"dagster_url": dagster_url}).case_section
-    keys = PanelKeys(results, replays, dagster_url) if panels is not None else None
+    """Each case's section, in order: the one kept under its key, else rendered (and kept),
+    its run links filled in. Looked up a batch of cases at a time, so only a batch of panels
+    is ever held."""
+    # The panel macro alone, without the Dagster URL: its run links are holes, filled below.
+    case_section = env.get_template("case.html.j2").make_module({}).case_section
+    keys = PanelKeys(results, replays) if panels is not None else None
     for start in range(0, len(case_ids), PANELS_AT_ONCE):
         batch = case_ids[start : start + PANELS_AT_ONCE]
         batch_keys = [keys.key(case_id) for case_id in batch] if keys is not None else [None] * len(batch)
         kept = panels.kept(batch_keys) if panels is not None else {}
         for case_id, key in zip(batch, batch_keys):
             if key in kept:
-                yield Markup(kept[key])
+                yield with_run_links(kept[key], keys.run_ids(case_id), dagster_url)
                 continue
             panel = case_panel(results, case_id, replays)
             if panel is None:
                 continue
-            section = case_section(panel)
+            run_ids = take_out_run_links(panel)
+            section = str(case_section(panel))
             if panels is not None:
-                panels.put(key, case_id, str(section))
-            yield section
+                panels.put(key, case_id, section)
+            yield with_run_links(section, run_ids, dagster_url)
 
 
 def report_path(project_root: Path, version: str, base: str | None = None) -> Path:
