@@ -140,8 +140,16 @@ class RunLinkHole:
 def run_link(run_id: str | RunLinkHole | None, dagster_url: str | None) -> Markup:
     """A short run id, linked to the run's page when a Dagster webserver URL is configured."""
     if isinstance(run_id, RunLinkHole):
-        return _hole(run_id.index)
+        return _hole_markup(run_id.index)
     return _run_link(run_id, dagster_url)
+
+
+@lru_cache(maxsize=4096)
+def _run_link(run_id: str | None, dagster_url: str | None) -> Markup:
+    if not run_id:
+        return Markup("-")
+    short = f'<code title="{escaped(run_id)}">{escaped(short_run_id(run_id))}</code>'
+    return Markup(f'<a href="{escaped(dagster_url)}/runs/{escaped(run_id)}">{short}</a>' if dagster_url else short)
 
 
 @lru_cache(maxsize=None)
@@ -150,18 +158,8 @@ def run_link_hole(index: int) -> RunLinkHole:
 
 
 @lru_cache(maxsize=None)
-def _hole(index: int) -> Markup:
+def _hole_markup(index: int) -> Markup:
     return Markup(f"{RUN_LINK_HOLE}{index}>")
-
-
-def with_run_links(section: str, run_ids: list[str | None], dagster_url: str | None) -> Markup:
-    """A panel with each run link hole filled: the run ids in the order its holes number them."""
-    head, *holes = section.split(RUN_LINK_HOLE)
-    parts = [head]
-    for hole in holes:
-        index, rest = hole.split(">", 1)
-        parts += (_run_link(run_ids[int(index)], dagster_url), rest)
-    return Markup("".join(parts))
 
 
 def take_out_run_links(panel: CasePanel) -> list[str | None]:
@@ -175,12 +173,14 @@ def take_out_run_links(panel: CasePanel) -> list[str | None]:
     return run_ids
 
 
-@lru_cache(maxsize=4096)
-def _run_link(run_id: str | None, dagster_url: str | None) -> Markup:
-    if not run_id:
-        return Markup("-")
-    short = f'<code title="{escaped(run_id)}">{escaped(short_run_id(run_id))}</code>'
-    return Markup(f'<a href="{escaped(dagster_url)}/runs/{escaped(run_id)}">{short}</a>' if dagster_url else short)
+def with_run_links(section: str, run_ids: list[str | None], dagster_url: str | None) -> Markup:
+    """A panel with each run link hole filled: the run ids in the order its holes number them."""
+    head, *holes = section.split(RUN_LINK_HOLE)
+    parts = [head]
+    for hole in holes:
+        index, rest = hole.split(">", 1)
+        parts += (_run_link(run_ids[int(index)], dagster_url), rest)
+    return Markup("".join(parts))
 
 
 def call_cells(call: dict[str, Any] | None) -> Markup:
