@@ -206,6 +206,37 @@ def test_a_run_with_one_case_added_renders_that_cases_panels_only(evaluated_desk
     assert 'id="case-ord-101~paraphrase"' in written
 
 
+def panel_html(report: Path) -> dict[str, str]:
+    """Each case's section of a report, the run ids it links to taken out."""
+    html = re.sub(r"[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}|>[0-9a-f]{8}<", "(run)", report.read_text())
+    sections = re.findall(r'(<section class="case[^"]*" id="case-([^"]+)".*?</section>)', html, re.S)
+    return {case_id: section for section, case_id in sections}
+
+
+def test_a_new_version_renders_only_the_panels_that_show_something_new(two_versions, tmp_path):
+    """The agent developer's loop: a new version's report copies each panel the last version's
+    report kept when it shows the same (its run links filled with this version's runs), renders
+    the others, and is the report a render from nothing writes."""
+    scratch = copy_project(two_versions, tmp_path / "scratch", with_store=True)
+    report_panels_path(scratch, "1.1.0").unlink()
+    before = kept_panels(scratch, "1.0.0")
+    again = rewritten_report(scratch, "1.1.0")
+    after = kept_panels(scratch, "1.1.0")
+    rendered = {case_id for key, case_id in after.items() if key not in before}
+
+    old, new = panel_html(report_path(scratch, "1.0.0")), panel_html(again.path)
+    assert rendered == {case_id for case_id in new if new[case_id] != old.get(case_id)}
+    assert 0 < len(rendered) < len(new) and (again.panels_rendered, again.panels_reused) == (len(rendered), len(new) - len(rendered))
+    written = again.path.read_text()
+    old_runs = set(read_table(scratch, "verdicts", "1.0.0")["judged_by_run"]) - set(read_table(scratch, "verdicts", "1.1.0")["judged_by_run"])
+    assert old_runs and not any(run_id in written for run_id in old_runs)
+
+    report_panels_path(scratch, "1.0.0").unlink()
+    report_panels_path(scratch, "1.1.0").unlink()
+    fresh = rewritten_report(scratch, "1.1.0")
+    assert fresh.panels_reused == 0 and without_times(fresh.path.read_text()) == without_times(written)
+
+
 def test_kept_panels_are_dropped_when_the_report_code_or_the_store_changes(evaluated_desk, monkeypatch):
     """A panel kept by other code is never copied (its key names the code that rendered it), and
     a panel store that is no longer SQLite costs one full render, not the report."""
@@ -216,6 +247,31 @@ def test_kept_panels_are_dropped_when_the_report_code_or_the_store_changes(evalu
     report_panels_path(evaluated_desk, "1.0.0").write_text("not a database")
     broken = rewritten_report(evaluated_desk)
     assert (broken.panels_rendered, broken.panels_reused) == (72, 0) and len(kept_panels(evaluated_desk)) == 72
+
+
+def test_hostile_text_a_system_recorded_shows_as_text_in_its_panel(evaluated_desk):
+    """What a system answered, the error it raised and the tools it named are shown, never run:
+    a recording with markup in them renders it escaped, wherever the panel shows it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    stored = evaluated_desk / ".oloproof" / "tables" / "recorded_runs" / "1.0.0.parquet"
+    runs = pq.read_table(stored)
+    rows = runs.to_pylist()
+    recording = next(row for row in rows if row["case_id"] == "ord-001")
+    assert '"tool":"lookup_order"' in recording["trajectory"]
+    recording["output"] = json.dumps({"answer": "</pre><script>alert('answer')</script>"})
+    recording["error"] = "<img src=x onerror=alert('error')> <run-link 0>"  # nor a kept panel's run link hole
+    recording["trajectory"] = recording["trajectory"].replace('"tool":"lookup_order"', '"tool":"<b>lookup_order</b>"')
+    pq.write_table(pa.Table.from_pylist(rows, schema=runs.schema), stored)
+
+    html = rewritten_report(evaluated_desk).path.read_text()
+    parser = Sections()
+    parser.feed(html)
+    panel = parser.sections["case-ord-001"]
+    assert '{"answer": "</pre><script>alert(\'answer\')</script>"}' in panel
+    assert "Error: <img src=x onerror=alert('error')> <run-link 0>" in panel and "<b>lookup_order</b>" in panel
+    assert "<script>alert" not in html and "<img src=x" not in html and "<b>lookup_order" not in html
 
 
 def test_export_writes_one_json_line_per_case_and_run(two_versions):
@@ -366,12 +422,15 @@ def test_every_report_template_ships_as_package_data():
 
 def test_report_pieces_escape_as_html_escape_does():
     """Autoescape is on, with html.escape's entities (the report's bytes predate the templates)."""
-    macros = environment().get_template("macros.html.j2").module
-    assert str(macros.case_link("a<b>\"c'&")) == '<a href="#case-a&lt;b&gt;&quot;c&#x27;&amp;">a&lt;b&gt;&quot;c&#x27;&amp;</a>'
-    assert str(macros.outcome(None)) == '<span class=""></span>'  # None prints as nothing
-    cells = str(macros.call_cells({"tool": "<t>", "arguments": {"note": "it's \"x\""}, "result": None}))
+    pieces = environment().filters
+    assert str(pieces["case_link"]("a<b>\"c'&")) == '<a href="#case-a&lt;b&gt;&quot;c&#x27;&amp;">a&lt;b&gt;&quot;c&#x27;&amp;</a>'
+    assert str(pieces["outcome"](None)) == '<span class=""></span>'  # None prints as nothing
+    cells = str(pieces["call_cells"]({"tool": "<t>", "arguments": {"note": "it's \"x\""}, "result": None}))
     assert cells == "<td>&lt;t&gt;</td><td>{&quot;note&quot;: &quot;it&#x27;s \\&quot;x\\&quot;&quot;}</td><td>null</td>"
-    assert str(macros.run_link("0a1b2c3d-4e5f")) == '<code title="0a1b2c3d-4e5f">0a1b2c3d</code>'
+    assert str(pieces["run_link"]("0a1b2c3d-4e5f", None)) == '<code title="0a1b2c3d-4e5f">0a1b2c3d</code>'
+    linked = str(pieces["run_link"]("0a1b-<x>", "http://h:3000"))
+    assert linked == '<a href="http://h:3000/runs/0a1b-&lt;x&gt;"><code title="0a1b-&lt;x&gt;">0a1b</code></a>'
+    assert str(pieces["table_head"](["a&b", ""])) == "<table><thead><tr><th>a&amp;b</th><th></th></tr></thead><tbody>"
 
 
 def test_report_marks_the_first_difference_the_verdict_found():

@@ -3,10 +3,13 @@ that renders it, so a report written again renders only the panels whose case ch
 copies the rest: a run with one case added renders that case's panels, not the suite's.
 
 A panel is a pure function of its case's stored values (the case, its recording, its verdicts,
-its fault replays, a copy's source recording), the Dagster URL its run links point to, and the
-report's code (`read/`, `decide/`, `model/`, templates included) with the Jinja2 release: the
-key is a digest of exactly those, taken from the stored text without decoding anything, so a
-kept panel is always one the current code would render. One SQLite file per version
+its fault replays, a copy's source recording), the runs its verdict rows link to, and the
+report's code (`read/`, `decide/`, `model/`, templates included) with the Jinja2 release. It is
+kept with its run links left as holes (`reports.RunLinkHole`), filled in as the report is
+written, so its key is a digest of all the rest, taken from the stored text without decoding
+anything: a kept panel is always one the current code would render, and a new version whose
+case was recorded and judged as before (the agent developer's loop: bump the version, run
+again) reuses the panel the last version's report kept. One SQLite file per version
 (`store.layout.report_panels_path`) holds the panels of the report last written, no others.
 It is a cache: one that cannot be read is made again, one that cannot be written costs the
 next report its reuse (a warning says so), never the report.
@@ -27,12 +30,12 @@ import jinja2
 from ..model.fingerprints import producer_code_version, row_key
 from ..store.layout import report_panels_path
 from ..store.tables import null_to_none
-from .report_view import PANEL_CASE_FIELDS, PANEL_RUN_FIELDS, PANEL_VERDICT_FIELDS, StoredReplays
+from .report_view import PANEL_CASE_FIELDS, PANEL_RUN_FIELDS, PANEL_RUN_LINK_FIELDS, PANEL_VERDICT_FIELDS, StoredReplays
 from .results import VersionResults
 
 log = logging.getLogger(__name__)
 
-PANEL_KEY_TAG = "report_panel/v1"
+PANEL_KEY_TAG = "report_panel/v2"  # v2: kept without the runs it links to
 # Panels looked up, and panels rendered since the last write, this many at a time.
 PANELS_AT_ONCE = 256
 
@@ -43,7 +46,7 @@ class PanelKeys:
     never occurs inside one) and digested once, and indexed by case; no row is decoded, and
     only the rows' digests are held."""
 
-    def __init__(self, results: VersionResults, replays: StoredReplays, dagster_url: str | None):
+    def __init__(self, results: VersionResults, replays: StoredReplays):
         cases = results.case_table
         case_columns = [null_to_none(cases[name]) if name in cases.columns else [None] * len(cases) for name in PANEL_CASE_FIELDS]
         self._cases = dict(zip(case_columns[0], row_digests(case_columns)))
@@ -51,13 +54,18 @@ class PanelKeys:
         runs = [results.run_column(name) for name in PANEL_RUN_FIELDS] if results.run_table is not None else []
         self._runs = dict(zip(results.run_column("case_id"), row_digests(runs)))
         self._verdicts: dict[str, Any] = {}  # case id -> a digest of its verdict rows, in order
-        for case_id, verdict in zip(results.verdict_column("case_id"), zip(*(results.verdict_column(name) for name in PANEL_VERDICT_FIELDS))):
+        self._run_ids: dict[str, list[str | None]] = {}  # case id -> the runs its verdict rows link to, in order
+        shown = [results.verdict_column(name) for name in PANEL_VERDICT_FIELDS if name not in PANEL_RUN_LINK_FIELDS]
+        links = [results.verdict_column(name) for name in PANEL_RUN_LINK_FIELDS]
+        for case_id, verdict, run_ids in zip(results.verdict_column("case_id"), zip(*shown), zip(*links)):
             hashed = self._verdicts.get(case_id)
             if hashed is None:
                 hashed = self._verdicts[case_id] = hashlib.sha256()
+                self._run_ids[case_id] = []
             hashed.update(repr(verdict).encode("utf-8"))
+            self._run_ids[case_id] += run_ids
         self._replays = replays
-        self._code = (PANEL_KEY_TAG, producer_code_version("report"), jinja2.__version__, repr(dagster_url))
+        self._code = (PANEL_KEY_TAG, producer_code_version("report"), jinja2.__version__)
 
     def key(self, case_id: str) -> str:
         source_id = self._sources[case_id]
@@ -71,6 +79,11 @@ class PanelKeys:
         )
 
 
+    def run_ids(self, case_id: str) -> list[str | None]:
+        """The runs the case's panel links to, each verdict's `PANEL_RUN_LINK_FIELDS` in turn."""
+        return self._run_ids.get(case_id, [])
+
+
 def row_digests(columns: list[list[Any]]) -> Iterator[str]:
     """A digest of each row of these columns (one value from each, in order)."""
     return map(row_key, map(repr, zip(*columns)))
@@ -79,7 +92,8 @@ def row_digests(columns: list[list[Any]]) -> Iterator[str]:
 @dataclass
 class PanelStore:
     """The version's kept panels (`kept`), the ones rendered now (`put`, written a batch at a
-    time), and, once the report is written, only this report's panels kept (`finish`)."""
+    time), and, once the report is written, only this report's panels kept (`finish`, which
+    commits it all at once)."""
 
     path: Path
     rendered: int = 0
@@ -88,6 +102,8 @@ class PanelStore:
     _pending: list[tuple[str, str, str]] = field(default_factory=list, repr=False)
     _shown: list[str] = field(default_factory=list, repr=False)
     _broken: bool = field(default=False, repr=False)
+    _other: sqlite3.Connection | None = field(default=None, repr=False)
+    _other_looked_up: bool = field(default=False, repr=False)
 
     @classmethod
     def of_version(cls, project_root: Path, version: str) -> "PanelStore":
@@ -135,19 +151,67 @@ class PanelStore:
                 self.path.unlink(missing_ok=True)
 
     def kept(self, keys: list[str]) -> dict[str, str]:
-        """key -> panel, of those of `keys` that are kept (the others are to be rendered)."""
+        """key -> panel, of those of `keys` that are kept (the others are to be rendered): the
+        version's own, else those of the version whose report was written last (kept here too)."""
         self._shown += keys
+        found = self._kept_here(keys)
+        missing = [key for key in keys if key not in found]
+        if missing:
+            copied = self._kept_by_other_version(missing)
+            found.update((key, html) for key, _, html in copied)
+            if copied and not self._broken:
+                self._pending += copied
+                if len(self._pending) >= PANELS_AT_ONCE:
+                    self._write()
+        self.reused += len(found)
+        return found
+
+    def _kept_here(self, keys: list[str]) -> dict[str, str]:
         connection = self._open()
         if connection is None or not keys:
             return {}
         marks = ", ".join("?" * len(keys))
         try:
-            found = dict(connection.execute(f"SELECT key, html FROM panels WHERE key IN ({marks})", keys).fetchall())
+            return dict(connection.execute(f"SELECT key, html FROM panels WHERE key IN ({marks})", keys).fetchall())
         except sqlite3.Error as error:
             self._give_up(error)
             return {}
-        self.reused += len(found)
-        return found
+
+    def _kept_by_other_version(self, keys: list[str]) -> list[tuple[str, str, str]]:
+        """(key, case id, panel) of those of `keys` the last other version's report kept: a new
+        version whose cases were recorded and judged as before renders none of them again.
+        Read only, and only a help: a file that cannot be read is passed over."""
+        if not self._other_looked_up:
+            self._other_looked_up = True
+            self._other = self._open_other()
+        if self._other is None:
+            return []
+        marks = ", ".join("?" * len(keys))
+        try:
+            return self._other.execute(f"SELECT key, case_id, html FROM panels WHERE key IN ({marks})", keys).fetchall()
+        except sqlite3.Error as error:
+            log.debug(f"the report's case panels of another version cannot be read ({error})")
+            self._close_other()
+            return []
+
+    def _open_other(self) -> sqlite3.Connection | None:
+        written = []
+        for path in self.path.parent.glob("*.sqlite"):
+            with suppress(OSError):
+                if path != self.path:
+                    written.append((path.stat().st_mtime, path))
+        if not written:
+            return None
+        try:
+            return sqlite3.connect(f"{max(written)[1].as_uri()}?mode=ro", uri=True, timeout=5)
+        except sqlite3.Error:
+            return None
+
+    def _close_other(self) -> None:
+        if self._other is not None:
+            with suppress(sqlite3.Error):
+                self._other.close()
+        self._other = None
 
     def put(self, key: str, case_id: str, html: str) -> None:
         """A panel just rendered (none was kept under its key)."""
@@ -161,14 +225,14 @@ class PanelStore:
         connection, pending, self._pending = self._open(), self._pending, []
         if connection is None or not pending:
             return
-        try:
-            with connection:
-                connection.executemany("INSERT OR REPLACE INTO panels (key, case_id, html) VALUES (?, ?, ?)", pending)
+        try:  # committed with the report (`finish`): one commit, not one per batch
+            connection.executemany("INSERT OR REPLACE INTO panels (key, case_id, html) VALUES (?, ?, ?)", pending)
         except sqlite3.Error as error:
             self._give_up(error)
 
     def finish(self) -> None:
-        """The report is written: its panels kept, every other one dropped."""
+        """The report is written: its panels kept, every other one dropped, in the one commit
+        (each commit waits for the disk; a report cut short leaves the panels as they were)."""
         self._write()
         connection = self._open()
         if connection is None:
@@ -183,6 +247,7 @@ class PanelStore:
             self._give_up(error)
 
     def close(self) -> None:
+        self._close_other()
         if self._connection is not None:
             with suppress(sqlite3.Error):
                 self._connection.close()

@@ -123,17 +123,18 @@ def fault_replay_view(verdict: dict[str, Any], replay: dict[str, Any] | None) ->
     )
 
 
-def pair_view(results: VersionResults, case: dict[str, Any], verdict: dict[str, Any]) -> PairView:
-    source_id = case.get("source_id") or ""
-    source_calls = tool_calls(results.recording(source_id, PANEL_RUN_FIELDS))
-    copy_calls = tool_calls(results.recording(case["case_id"], PANEL_RUN_FIELDS))
+def pair_view(
+    verdict: dict[str, Any], source_id: str, copy_id: str, source_calls: list[dict[str, Any]], copy_calls: list[dict[str, Any]],
+) -> PairView:
+    """A copy's verdict beside its source's calls and its own (each recording decoded once per
+    panel, however many verdicts the copy has)."""
     details = verdict.get("details")
     at = details.get("first_difference") if isinstance(details, dict) else None
     if at is None:
         at = first_difference(source_calls, copy_calls, same=same_call)
     return PairView(
         criterion=verdict["criterion"], outcome=verdict["outcome"], reason=verdict["reason"], source_id=source_id,
-        copy_id=case["case_id"], source_calls=source_calls, copy_calls=copy_calls, first_difference=at, details=details,
+        copy_id=copy_id, source_calls=source_calls, copy_calls=copy_calls, first_difference=at, details=details,
     )
 
 
@@ -177,6 +178,9 @@ def verdict_summary(verdict: dict[str, Any]) -> str:
 PANEL_CASE_FIELDS = ("case_id", "source_id", "input")
 PANEL_RUN_FIELDS = ("output", "status", "error", "trajectory")
 PANEL_VERDICT_FIELDS = ("case_id", "criterion", "outcome", "reason", "details", "recorded_by_run", "replayed_by_run", "judged_by_run")
+# The runs each verdict row links to: the only thing a panel shows that names the run rather
+# than the case, so a panel is kept without them and they are filled in as it is written.
+PANEL_RUN_LINK_FIELDS = ("recorded_by_run", "replayed_by_run", "judged_by_run")
 # What the whole report reads of the recordings: the panels' fields, and which run made each.
 REPORT_RUN_FIELDS = ("case_id", *PANEL_RUN_FIELDS, "recorded_by_run")
 
@@ -260,8 +264,14 @@ class StoredReplays(Mapping):
         return len(self._at)
 
     def stored_values(self, case_id: str) -> list[tuple[Any, ...]]:
-        """The case's replay rows as stored (JSON as text, nothing decoded), for its panel's key."""
-        return [tuple(values[position] for values in self._columns.values()) for position in self._of_case.get(case_id, ())]
+        """The case's replay rows as stored (JSON as text, nothing decoded), for its panel's key:
+        what the panel shows of them (not the run that replayed them)."""
+        shown = [values for name, values in self._columns.items() if name != "replayed_by_run"]
+        return [tuple(values[position] for values in shown) for position in self._of_case.get(case_id, ())]
+
+
+NO_STATE_ROW = {"path": None, "expected": None, "actual": None, "matched": None}
+NO_CONSTRAINT = {"name": None, "passed": None, "detail": None}
 
 
 def case_panel(
@@ -277,20 +287,22 @@ def case_panel(
     by_case = replays if isinstance(replays, Mapping) else replays_by_case(replays)
     recording = results.recording(case_id, PANEL_RUN_FIELDS) or {}
     verdicts = results.verdicts_of(case_id, PANEL_VERDICT_FIELDS)
+    # Each key a row shows is present (None when not recorded): the template reads them by
+    # subscript, as a `.get` costs Jinja a context call per row.
     state_rows = [
-        {**row, "criterion": verdict["criterion"]} for verdict in verdicts for row in compared_paths(verdict)
+        {**NO_STATE_ROW, **row, "criterion": verdict["criterion"]} for verdict in verdicts for row in compared_paths(verdict)
     ]
     trajectory = recording.get("trajectory") or {}
+    calls = tool_calls(recording)
     faults = [
         fault_replay_view(verdict, by_case.get((case_id, verdict["criterion"])))
         for verdict in verdicts
         if verdict["outcome"] != EXCLUDED and is_fault_verdict(verdict, by_case.get((case_id, verdict["criterion"])))
     ]
-    pairs = [
-        pair_view(results, case, verdict)
-        for verdict in verdicts
-        if case.get("source_id") and verdict["outcome"] != EXCLUDED
-    ]
+    judged = [verdict for verdict in verdicts if verdict["outcome"] != EXCLUDED]
+    source_id = case.get("source_id")
+    source_calls = tool_calls(results.recording(source_id, PANEL_RUN_FIELDS)) if source_id and judged else []
+    pairs = [pair_view(verdict, source_id, case_id, source_calls, calls) for verdict in judged] if source_id else []
     return CasePanel(
         case_id=case_id,
         version=results.version,
@@ -299,9 +311,9 @@ def case_panel(
         status=recording.get("status"),
         error=recording.get("error"),
         state_rows=state_rows,
-        tool_calls=tool_calls(recording),
+        tool_calls=calls,
         verdicts=verdicts,
-        constraints=trajectory.get("constraints") or [],
+        constraints=[{**NO_CONSTRAINT, **item} for item in trajectory.get("constraints") or ()],
         events=scripted_events(recording),
         fault_replays=faults,
         pairs=pairs,

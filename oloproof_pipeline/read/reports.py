@@ -13,6 +13,7 @@ import html
 import os
 import shutil
 from contextlib import suppress
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
@@ -20,7 +21,9 @@ from typing import TYPE_CHECKING, Any, Iterator
 import pandas as pd
 import jinja2
 from jinja2 import Environment, FileSystemBytecodeCache, PackageLoader
+from jinja2 import nodes
 from jinja2.bccache import Bucket
+from jinja2.compiler import CodeGenerator, Frame
 from jinja2.ext import Extension
 from markupsafe import Markup
 
@@ -35,10 +38,12 @@ from .panels import PANELS_AT_ONCE, PanelKeys, PanelStore
 from .report_view import (
     FAILING,
     PANEL_CASE_FIELDS,
+    PANEL_RUN_LINK_FIELDS,
     PANEL_VERDICT_FIELDS,
     REPORT_REPLAY_FIELDS,
     REPORT_RUN_FIELDS,
     REPORT_VALIDITY_FIELDS,
+    CasePanel,
     StoredReplays,
     case_panel,
     cases_failing_first,
@@ -92,9 +97,133 @@ def escaped(value: Any) -> Markup:
     """Every `{{ value }}`: escaped with the entities `html.escape` writes (`&quot;`, `&#x27;`),
     so the report's bytes are what they were before the templates; None prints as nothing.
     Markup (a macro's output) is already HTML."""
+    if type(value) is str:  # most values: tested first
+        return _escaped(value)
     if isinstance(value, Markup):
         return value
     return _escaped("" if value is None else str(value))
+
+
+# The small pieces every table row repeats, as Python filters rather than Jinja macros: a
+# report of 2,400 cases writes some 270,000 of them, and a macro call costs Jinja many times
+# what the piece does. Each escapes as `{{ value }}` does (`escaped`); the templates keep the
+# layout around them.
+
+
+@lru_cache(maxsize=256)
+def outcome_span(value: str | None) -> Markup:
+    """An outcome (or a decision) in the span its colour is styled by."""
+    text = escaped(value)
+    return Markup(f'<span class="{text}">{text}</span>')
+
+
+def case_link(case_id: str) -> Markup:
+    """A link to the case's panel, named by its id."""
+    text = escaped(case_id)
+    return Markup(f'<a href="#case-{text}">{text}</a>')
+
+
+# Where a kept panel links to a run (see `RunLinkHole`): no text a recording holds can spell
+# it, since every `<` in one is escaped.
+RUN_LINK_HOLE = "<run-link "
+
+
+@dataclass(frozen=True)
+class RunLinkHole:
+    """A run link left out of a panel as it is rendered (the `index`th of the runs its verdict
+    rows link to), so the panel is kept by what it shows of its case and fits any run that
+    recorded and judged it alike; `with_run_links` fills it as the report is written."""
+
+    index: int
+
+
+def run_link(run_id: str | RunLinkHole | None, dagster_url: str | None) -> Markup:
+    """A short run id, linked to the run's page when a Dagster webserver URL is configured."""
+    if isinstance(run_id, RunLinkHole):
+        return _hole_markup(run_id.index)
+    return _run_link(run_id, dagster_url)
+
+
+@lru_cache(maxsize=4096)
+def _run_link(run_id: str | None, dagster_url: str | None) -> Markup:
+    if not run_id:
+        return Markup("-")
+    short = f'<code title="{escaped(run_id)}">{escaped(short_run_id(run_id))}</code>'
+    return Markup(f'<a href="{escaped(dagster_url)}/runs/{escaped(run_id)}">{short}</a>' if dagster_url else short)
+
+
+@lru_cache(maxsize=None)
+def run_link_hole(index: int) -> RunLinkHole:
+    return RunLinkHole(index)
+
+
+@lru_cache(maxsize=None)
+def _hole_markup(index: int) -> Markup:
+    return Markup(f"{RUN_LINK_HOLE}{index}>")
+
+
+def take_out_run_links(panel: CasePanel) -> list[str | None]:
+    """The runs the panel's verdict rows link to, in order, each replaced by its hole in the
+    panel's own verdict rows (the panel is built for this one render)."""
+    run_ids: list[str | None] = []
+    for verdict in panel.verdicts:
+        for name in PANEL_RUN_LINK_FIELDS:
+            run_ids.append(verdict[name])
+            verdict[name] = run_link_hole(len(run_ids) - 1)
+    return run_ids
+
+
+def with_run_links(section: str, run_ids: list[str | None], dagster_url: str | None) -> Markup:
+    """A panel with each run link hole filled: the run ids in the order its holes number them."""
+    head, *holes = section.split(RUN_LINK_HOLE)
+    parts = [head]
+    for hole in holes:
+        index, rest = hole.split(">", 1)
+        parts += (_run_link(run_ids[int(index)], dagster_url), rest)
+    return Markup("".join(parts))
+
+
+def call_cells(call: dict[str, Any] | None) -> Markup:
+    """A tool call as three cells: tool, arguments, result."""
+    if call is None:
+        return Markup("<td>-</td><td>-</td><td>-</td>")
+    return Markup(
+        f"<td>{escaped(call.get('tool'))}</td><td>{escaped(json_text(call.get('arguments')))}</td>"
+        f"<td>{escaped(json_text(call.get('result')))}</td>"
+    )
+
+
+def table_head(headers: list[str]) -> Markup:
+    """A table's opening up to its body: the rows and `</tbody></table>` follow in the template."""
+    return _table_head(tuple(headers))
+
+
+@lru_cache(maxsize=256)
+def _table_head(headers: tuple[str, ...]) -> Markup:
+    cells = "".join(f"<th>{escaped(header)}</th>" for header in headers)
+    return Markup(f"<table><thead><tr>{cells}</tr></thead><tbody>")
+
+
+class FinalizeEscapes(CodeGenerator):
+    """Compiles `{{ value }}` to `finalize(value)` alone where autoescape is on: the finalize
+    (`escaped`) already returns Markup escaped as autoescape requires, so Jinja's own
+    `escape(...)` around it would only copy the string again, a third of the time a case
+    panel takes. Anywhere else (no autoescape, or a `{% autoescape %}` block) as Jinja does."""
+
+    def _escapes_in_finalize(self, frame: Frame, finalize: Any) -> bool:
+        return frame.eval_ctx.autoescape and not frame.eval_ctx.volatile and finalize.src == "environment.finalize("
+
+    def _output_child_pre(self, node: nodes.Expr, frame: Frame, finalize: Any) -> None:
+        if self._escapes_in_finalize(frame, finalize):
+            self.write(finalize.src)
+        else:
+            super()._output_child_pre(node, frame, finalize)
+
+    def _output_child_post(self, node: nodes.Expr, frame: Frame, finalize: Any) -> None:
+        if self._escapes_in_finalize(frame, finalize):
+            self.write(")")
+        else:
+            super()._output_child_post(node, frame, finalize)
 
 
 class CompiledTemplates(FileSystemBytecodeCache):
@@ -137,6 +266,7 @@ def environment(project_root: Path | None = None) -> Environment:
         extensions=[Spaceless],
         bytecode_cache=CompiledTemplates(project_root) if project_root is not None else None,
     )
+    env.code_generator_class = FinalizeEscapes
     env.filters.update(
         json=json_text,
         rate=format_rate,
@@ -147,6 +277,11 @@ def environment(project_root: Path | None = None) -> Environment:
         rule_cells=rule_cells,
         short_run_id=short_run_id,
         verdict_summary=verdict_summary,
+        outcome=outcome_span,
+        case_link=case_link,
+        run_link=run_link,
+        call_cells=call_cells,
+        table_head=table_head,
     )
     env.globals.update(
         DAGSTER_URL_ENV=DAGSTER_URL_ENV, FAILING=FAILING, GATE_COLUMNS=GATE_COLUMNS, INPUTS_META=INPUTS_META,
@@ -194,26 +329,28 @@ def panel_sections(
     env: Environment, results: VersionResults, case_ids: list[str], replays: StoredReplays, dagster_url: str | None,
     panels: PanelStore | None,
 ) -> Iterator[Markup]:
-    """Each case's section, in order: the one kept under its key, else rendered (and kept).
-    Looked up a batch of cases at a time, so only a batch of panels is ever held."""
-    # The panel macro alone, in the context the page gives it (its run links need the URL).
-    case_section = env.get_template("case.html.j2").make_module({"dagster_url": dagster_url}).case_section
-    keys = PanelKeys(results, replays, dagster_url) if panels is not None else None
+    """Each case's section, in order: the one kept under its key, else rendered (and kept),
+    its run links filled in. Looked up a batch of cases at a time, so only a batch of panels
+    is ever held."""
+    # The panel macro alone, without the Dagster URL: its run links are holes, filled below.
+    case_section = env.get_template("case.html.j2").make_module({}).case_section
+    keys = PanelKeys(results, replays) if panels is not None else None
     for start in range(0, len(case_ids), PANELS_AT_ONCE):
         batch = case_ids[start : start + PANELS_AT_ONCE]
         batch_keys = [keys.key(case_id) for case_id in batch] if keys is not None else [None] * len(batch)
         kept = panels.kept(batch_keys) if panels is not None else {}
         for case_id, key in zip(batch, batch_keys):
             if key in kept:
-                yield Markup(kept[key])
+                yield with_run_links(kept[key], keys.run_ids(case_id), dagster_url)
                 continue
             panel = case_panel(results, case_id, replays)
             if panel is None:
                 continue
-            section = case_section(panel)
+            run_ids = take_out_run_links(panel)
+            section = str(case_section(panel))
             if panels is not None:
-                panels.put(key, case_id, str(section))
-            yield section
+                panels.put(key, case_id, section)
+            yield with_run_links(section, run_ids, dagster_url)
 
 
 def report_path(project_root: Path, version: str, base: str | None = None) -> Path:
