@@ -21,9 +21,13 @@ GATE_COLUMNS = RULE_COLUMNS
 TIME_FORMAT = "%Y-%m-%d %H:%M:%S UTC"
 
 
+# Kept: `json.dumps` with options builds an encoder per call (a report shows tens of thousands of values).
+_ONE_LINE = json.JSONEncoder(ensure_ascii=False, sort_keys=True)
+
+
 def json_text(value: Any) -> str:
     """A value as one line of JSON, keys sorted, non-ASCII kept."""
-    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+    return _ONE_LINE.encode(value)
 
 
 def short_run_id(run_id: str | None) -> str:
