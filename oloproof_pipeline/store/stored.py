@@ -85,6 +85,8 @@ class StoredTable:
             for part in parts if isinstance(part, pd.DataFrame) or (part is not None and Path(part).is_file())
         ]
         self._read: dict[str, pd.Series] = {}
+        # Typed columns as Arrow sees them (made once: seeing a float column finds its NaNs).
+        self._typed: dict[str, pa.Array | pa.ChunkedArray] = {}
         self._shapes: list[tuple[list[str], int]] | None = None
 
     @classmethod
@@ -183,6 +185,7 @@ class StoredTable:
         """Let go of the columns read so far (a stage done with the rows it decoded); a later
         read reads them again from the same open file."""
         self._read.clear()
+        self._typed.clear()
 
     def whole(self, schema: pa.Schema | None = None) -> pd.DataFrame:
         """Every column (of `schema` when given, nulls for those the table lacks)."""
@@ -221,7 +224,9 @@ class StoredTable:
             if column.dtype == object:
                 taken = pa.array(column.take(positions), from_pandas=True).to_pylist()
             else:
-                taken = taken_from(pa.array(column, from_pandas=True), at)
+                if name not in self._typed:
+                    self._typed[name] = pa.array(column, from_pandas=True)
+                taken = taken_from(self._typed[name], at)
             values.append([from_json_text(text) for text in taken] if name in parsed else taken)
         return [dict(zip(names, row)) for row in zip(*values)]
 
