@@ -210,3 +210,17 @@ def test_decoding_sets_off_no_garbage_collection(tmp_path):
         gc.callbacks.remove(counted)
     assert len(decoded) == 200 and len(collections) <= 1
     assert gc.isenabled()
+
+
+def test_cases_stacked_with_their_copies_decode_alike_in_any_order(tmp_path):
+    """Judging decodes a chunk's cases from the sources and their copies stacked (positions in
+    order); recording streams them in the order it plans (any order)."""
+    cases = hostile_cases(9)
+    sources = stored(tmp_path, "cases", case_table(cases[:4]))
+    copies = stored(tmp_path, "copies", case_table(cases[4:]))
+    as_ever = decoded_as_ever(sources, CaseRecord, CASE_NESTED) + decoded_as_ever(copies, CaseRecord, CASE_NESTED)
+    stacked = StoredTable(sources, copies)
+    in_order = [0, 2, 3, 4, 6, 8]
+    assert exactly(case_models(stacked, in_order).values()) == exactly(as_ever[position] for position in in_order)
+    any_order = [8, 0, 5, 3, 4, 1]
+    assert exactly(case_stream(stacked, any_order)) == exactly(as_ever[position] for position in any_order)

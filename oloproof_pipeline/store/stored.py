@@ -59,9 +59,19 @@ def taken_from(values: pa.Array | pa.ChunkedArray, positions: np.ndarray) -> lis
     """The values at `positions` as Python objects. A column of stacked tables is taken from
     chunk by chunk: Arrow takes from a chunked text column by joining its chunks first, a
     copy of the whole column for every few rows asked for."""
+    if isinstance(values, pa.ChunkedArray) and values.num_chunks == 1:
+        values = values.chunk(0)
     if not isinstance(values, pa.ChunkedArray):
         return values.take(pa.array(positions)).to_pylist()
     starts = np.cumsum([0] + [len(chunk) for chunk in values.chunks])
+    if np.all(positions[:-1] <= positions[1:]):
+        # In order (as models are decoded): each chunk's share is one run of the positions.
+        bounds = np.searchsorted(positions, starts).tolist()
+        in_order: list[Any] = []
+        for index, (first, end) in enumerate(zip(bounds, bounds[1:])):
+            if end > first:
+                in_order.extend(values.chunk(index).take(pa.array(positions[first:end] - starts[index])).to_pylist())
+        return in_order
     chunk_of = np.searchsorted(starts, positions, side="right") - 1
     taken: list[Any] = [None] * len(positions)
     for index in np.unique(chunk_of).tolist():
