@@ -25,12 +25,12 @@ def _collection_paused() -> Iterator[None]:
     thousands of dicts, lists and models and no cycle among them, yet each few hundred it
     makes set off a collection, and every so often one of the whole heap: at 2,400 cases
     those were most of judging's decoding time. A collection after finds whatever it would."""
-    paused = gc.isenabled()
+    was_on = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
-        if paused:
+        if was_on:
             gc.enable()
 
 
