@@ -24,7 +24,7 @@ def _collection_paused() -> Iterator[None]:
     """The cyclic garbage collector held off while rows are decoded. Decoding makes tens of
     thousands of dicts, lists and models and no cycle among them, yet each few hundred it
     makes set off a collection, and every so often one of the whole heap: at 2,400 cases
-    those were most of judging's decoding time. A collection after finds whatever it would."""
+    they cost about as much as parsing. A collection after finds whatever it would."""
     was_on = gc.isenabled()
     gc.disable()
     try:
