@@ -59,9 +59,19 @@ def taken_from(values: pa.Array | pa.ChunkedArray, positions: np.ndarray) -> lis
     """The values at `positions` as Python objects. A column of stacked tables is taken from
     chunk by chunk: Arrow takes from a chunked text column by joining its chunks first, a
     copy of the whole column for every few rows asked for."""
+    if isinstance(values, pa.ChunkedArray) and values.num_chunks == 1:
+        values = values.chunk(0)
     if not isinstance(values, pa.ChunkedArray):
         return values.take(pa.array(positions)).to_pylist()
     starts = np.cumsum([0] + [len(chunk) for chunk in values.chunks])
+    if np.all(positions[:-1] <= positions[1:]):
+        # In order (as models are decoded): each chunk's share is one run of the positions.
+        bounds = np.searchsorted(positions, starts).tolist()
+        in_order: list[Any] = []
+        for index, (first, end) in enumerate(zip(bounds, bounds[1:])):
+            if end > first:
+                in_order.extend(values.chunk(index).take(pa.array(positions[first:end] - starts[index])).to_pylist())
+        return in_order
     chunk_of = np.searchsorted(starts, positions, side="right") - 1
     taken: list[Any] = [None] * len(positions)
     for index in np.unique(chunk_of).tolist():
@@ -85,6 +95,8 @@ class StoredTable:
             for part in parts if isinstance(part, pd.DataFrame) or (part is not None and Path(part).is_file())
         ]
         self._read: dict[str, pd.Series] = {}
+        # Typed columns as Arrow sees them (made once: seeing a float column finds its NaNs).
+        self._typed: dict[str, pa.Array | pa.ChunkedArray] = {}
         self._shapes: list[tuple[list[str], int]] | None = None
 
     @classmethod
@@ -183,6 +195,7 @@ class StoredTable:
         """Let go of the columns read so far (a stage done with the rows it decoded); a later
         read reads them again from the same open file."""
         self._read.clear()
+        self._typed.clear()
 
     def whole(self, schema: pa.Schema | None = None) -> pd.DataFrame:
         """Every column (of `schema` when given, nulls for those the table lacks)."""
@@ -221,7 +234,9 @@ class StoredTable:
             if column.dtype == object:
                 taken = pa.array(column.take(positions), from_pandas=True).to_pylist()
             else:
-                taken = taken_from(pa.array(column, from_pandas=True), at)
+                if name not in self._typed:
+                    self._typed[name] = pa.array(column, from_pandas=True)
+                taken = taken_from(self._typed[name], at)
             values.append([from_json_text(text) for text in taken] if name in parsed else taken)
         return [dict(zip(names, row)) for row in zip(*values)]
 

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 from pydantic import BaseModel
+from pydantic_core import from_json
 
 from ..model.cases import CaseRecord
 from ..model.digests import canonical_json
@@ -205,7 +206,16 @@ def to_json_text(value: Any) -> str | None:
 
 
 def from_json_text(text: Any) -> Any:
-    return None if text is None else json.loads(text)
+    """Stored JSON text as values. pydantic-core's parser (jiter) reads it in half the time of
+    `json.loads` and to the same values (floats to the same bits, ints of any size); the
+    little it refuses and `json.loads` reads (a lone surrogate escape, nesting over 200 deep)
+    or what is not JSON at all is read by `json.loads`, which decodes or fails as ever."""
+    if text is None:
+        return None
+    try:
+        return from_json(text)
+    except ValueError:
+        return json.loads(text)
 
 
 def _json_columns(schema: pa.Schema, nested: Iterable[str]) -> set[str]:
