@@ -311,9 +311,8 @@ def replay_one(
     that cannot be is refused before anything is replayed."""
     if refusal is not None and not runner.facts().replayable:
         raise ProjectError(refusal)
-    trajectory = item.recording.trajectory
-    control = runner.replay(item.case, trajectory, item.checkpoint, None)
-    faulted = runner.replay(item.case, trajectory, item.checkpoint, item.plan.change_at(trajectory, item.call_index))
+    # Sent together: the worker starts the faulted replay as the control one ends.
+    control, faulted = runner.replay_each(replay_tasks(item), together=True)
     return fault_replay(item, control, faulted, version, run_id)
 
 

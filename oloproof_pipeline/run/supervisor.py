@@ -381,9 +381,11 @@ class SupervisedSandbox:
         [result] = list(self.replay_each([ReplayTask(case=case, trajectory=trajectory, checkpoint=checkpoint, change=change)]))
         return result
 
-    def replay_each(self, tasks: Iterable[ReplayTask]) -> Iterator[ReplayResult]:
-        """Each replay's result, in order (one at a time, or side by side)."""
-        for _, answer in self._run_tasks(tasks):
+    def replay_each(self, tasks: Iterable[ReplayTask], *, together: bool = False) -> Iterator[ReplayResult]:
+        """Each replay's result, in order (one at a time, or side by side). `together`: the
+        tasks are one item's (a control and a faulted replay of one case), all sent at once,
+        so the worker starts each as the one before ends instead of waiting on this process."""
+        for _, answer in self._run_tasks(tasks, together=together):
             if isinstance(answer, WorkerLost):
                 yield ReplayResult(status=answer.status, error=answer.error, duration_s=answer.duration_s)
             else:
@@ -394,35 +396,48 @@ class SupervisedSandbox:
         with self._lock:
             return self._ready_worker().facts
 
-    def _run_tasks(self, tasks: Iterable[RecordTask | ReplayTask]) -> Iterator[tuple[Any, Any]]:
+    def _run_tasks(self, tasks: Iterable[RecordTask | ReplayTask], *, together: bool = False) -> Iterator[tuple[Any, Any]]:
         """(task, its WorkerMessage or a WorkerLost) for each task, in order. A task whose
-        worker ended or was stopped gets WorkerLost, and a fresh worker takes the next."""
+        worker ended or was stopped gets WorkerLost, and a fresh worker takes the next.
+
+        Tasks are sent one at a time, the next only once the caller asks for it, after it
+        journalled this answer: a run killed at any point has lost at most the case running.
+        `together` sends them all at once instead (the tasks of one item, journalled as one
+        row): the worker runs them in turn, each under its own deadline from when the one
+        before it answered; those a lost or retiring worker never started go to a fresh one."""
         with self._lock:
             if self.settings.cases_at_once > 1:
                 yield from self._run_side_by_side(tasks)
                 return
             upcoming = _Upcoming(tasks)
-            unanswered = False  # a task sent whose answer never came back (the caller stopped, say)
+            sent: deque[tuple[RecordTask | ReplayTask, bytes]] = deque()  # on the worker, not answered yet
             try:
-                while (item := upcoming.take()) is not None:
-                    task, line = item
-                    worker = self._ready_worker()
-                    worker.send(line)
-                    unanswered, started = True, time.monotonic()
+                while True:
+                    if not sent:
+                        item = upcoming.take()
+                        if item is None:
+                            return
+                        worker = self._ready_worker()
+                        sent.append(item)
+                        while together and (item := upcoming.take()) is not None:
+                            sent.append(item)
+                        worker.send(b"".join(line for _, line in sent))
+                        started = time.monotonic()
+                    task, _ = sent.popleft()
                     try:
                         answer: Any = worker.receive(started + self.settings.timeout_s + KILL_GRACE_S)
                     except WorkerLost as lost:
                         answer = self._lost(lost, started)
-                    unanswered = False
+                    started = time.monotonic()  # the next task sent starts as this one ends
                     if isinstance(answer, WorkerMessage) and answer.problem is not None:  # our code failed, not the system
                         raise pipeline_failed(answer.problem)
                     if isinstance(answer, WorkerLost) or answer.retire:  # ended, or interrupted mid-case: a fresh worker
                         self._drop_worker()
-                    # The next task is sent only once the caller asks for it, after it journalled
-                    # this answer: a run killed at any point has lost at most the case running.
+                        upcoming.put_back(list(sent))
+                        sent.clear()
                     yield task, answer
             finally:
-                if unanswered:  # never reuse a worker whose answer is still on its way
+                if sent:  # never reuse a worker with answers still on their way (the caller stopped, say)
                     self._drop_worker()
 
     def _run_side_by_side(self, tasks: Iterable[RecordTask | ReplayTask]) -> Iterator[tuple[Any, Any]]:
