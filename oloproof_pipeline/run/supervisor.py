@@ -30,7 +30,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any, Iterable, Iterator, Literal
 
@@ -96,8 +96,43 @@ class ReplayTask(BaseModel):
     number: int | None = None
 
 
+@dataclass(frozen=True)
+class StoredCase:
+    """A case as its stored row holds it: its ids, and the JSON object a worker validates as
+    the CaseRecord (recording sends each case so, rather than make it a model here only to
+    encode it again)."""
+
+    case_id: str
+    case_digest: str
+    text: str
+
+
+@dataclass(frozen=True)
+class StoredRecordTask:
+    """A RecordTask of a StoredCase: on the channel, the same line."""
+
+    case: StoredCase
+    number: int | None = None
+
+
 Task = Annotated[RecordTask | ReplayTask, Field(discriminator="op")]
 TASKS: TypeAdapter[Task] = TypeAdapter(Task)
+
+
+AnyTask = RecordTask | StoredRecordTask | ReplayTask
+
+
+def task_line(task: AnyTask) -> bytes:
+    """A task as the one JSON line its worker reads."""
+    if isinstance(task, StoredRecordTask):
+        return b'{"op":"record","case":%s,"number":%s}\n' % (task.case.text.encode(), json.dumps(task.number).encode())
+    return task.model_dump_json().encode() + b"\n"
+
+
+def numbered(task: AnyTask, number: int) -> AnyTask:
+    if isinstance(task, StoredRecordTask):
+        return replace(task, number=number)
+    return task.model_copy(update={"number": number})
 
 
 class WorkerMessage(BaseModel):
@@ -362,11 +397,12 @@ class SupervisedSandbox:
     def record(self, case: CaseRecord) -> RecordedRun:
         return list(self.record_each([case]))[0]
 
-    def record_each(self, cases: Iterable[CaseRecord]) -> Iterator[RecordedRun]:
+    def record_each(self, cases: Iterable[CaseRecord | StoredCase]) -> Iterator[RecordedRun]:
         """Each case's recording, in order; the next case is sent when the caller asks for
         it, so whatever the caller does with a recording (journal it) happens before the
         system starts the next case."""
-        for task, answer in self._run_tasks(RecordTask(case=case) for case in cases):
+        tasks = (StoredRecordTask(case) if isinstance(case, StoredCase) else RecordTask(case=case) for case in cases)
+        for task, answer in self._run_tasks(tasks):
             if isinstance(answer, WorkerLost):
                 yield RecordedRun(
                     case_id=task.case.case_id, case_digest=task.case.case_digest, system_version=self.settings.version,
@@ -396,7 +432,7 @@ class SupervisedSandbox:
         with self._lock:
             return self._ready_worker().facts
 
-    def _run_tasks(self, tasks: Iterable[RecordTask | ReplayTask], *, together: bool = False) -> Iterator[tuple[Any, Any]]:
+    def _run_tasks(self, tasks: Iterable[AnyTask], *, together: bool = False) -> Iterator[tuple[Any, Any]]:
         """(task, its WorkerMessage or a WorkerLost) for each task, in order. A task whose
         worker ended or was stopped gets WorkerLost, and a fresh worker takes the next.
 
@@ -410,7 +446,7 @@ class SupervisedSandbox:
                 yield from self._run_side_by_side(tasks)
                 return
             upcoming = _Upcoming(tasks)
-            sent: deque[tuple[RecordTask | ReplayTask, bytes]] = deque()  # on the worker, not answered yet
+            sent: deque[tuple[AnyTask, bytes]] = deque()  # on the worker, not answered yet
             try:
                 while True:
                     if not sent:
@@ -440,15 +476,15 @@ class SupervisedSandbox:
                 if sent:  # never reuse a worker with answers still on their way (the caller stopped, say)
                     self._drop_worker()
 
-    def _run_side_by_side(self, tasks: Iterable[RecordTask | ReplayTask]) -> Iterator[tuple[Any, Any]]:
+    def _run_side_by_side(self, tasks: Iterable[AnyTask]) -> Iterator[tuple[Any, Any]]:
         """`_run_tasks` with up to `cases_at_once` cases in flight on one worker (each in a
         thread of its own there, on a system instance of its own), each under its own
         deadline from when it was sent; yielded in order. A case that overruns its deadline
         is the one recorded as a timeout; the cases in flight beside it start again on a
         fresh worker. A worker that ends with several cases in flight cannot say which one
         ended it: those cases run again one at a time, so the crash costs only its own."""
-        upcoming = _Upcoming(task.model_copy(update={"number": number}) for number, task in enumerate(tasks))
-        in_flight: dict[int, tuple[RecordTask | ReplayTask, bytes, float]] = {}
+        upcoming = _Upcoming(numbered(task, number) for number, task in enumerate(tasks))
+        in_flight: dict[int, tuple[AnyTask, bytes, float]] = {}
         done: dict[int, tuple[Any, Any]] = {}
         suspects: set[int] = set()  # in flight when a worker ended: each runs alone (first in line)
         following = 0
@@ -535,17 +571,17 @@ class _Upcoming:
     """Tasks still to send, each with its JSON line; tasks a lost worker never started go
     back to the front."""
 
-    def __init__(self, tasks: Iterable[RecordTask | ReplayTask]):
+    def __init__(self, tasks: Iterable[AnyTask]):
         self._source = iter(tasks)
-        self._returned: deque[tuple[RecordTask | ReplayTask, bytes]] = deque()
+        self._returned: deque[tuple[AnyTask, bytes]] = deque()
 
-    def take(self) -> tuple[RecordTask | ReplayTask, bytes] | None:
+    def take(self) -> tuple[AnyTask, bytes] | None:
         if self._returned:
             return self._returned.popleft()
         task = next(self._source, None)
-        return None if task is None else (task, task.model_dump_json().encode() + b"\n")
+        return None if task is None else (task, task_line(task))
 
-    def put_back(self, items: list[tuple[RecordTask | ReplayTask, bytes]]) -> None:
+    def put_back(self, items: list[tuple[AnyTask, bytes]]) -> None:
         self._returned.extendleft(reversed(items))
 
 
