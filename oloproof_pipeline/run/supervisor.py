@@ -108,10 +108,13 @@ class StoredCase:
 
 
 @dataclass(frozen=True)
-class StoredRecordTask:
-    """A RecordTask of a StoredCase: on the channel, the same line."""
+class EncodedTask:
+    """A RecordTask or ReplayTask of a StoredCase, its other members (a replay's trajectory,
+    checkpoint and change) JSON text already: on the channel, the same line."""
 
+    op: Literal["record", "replay"]
     case: StoredCase
+    members: tuple[tuple[str, str], ...] = ()
     number: int | None = None
 
 
@@ -119,18 +122,19 @@ Task = Annotated[RecordTask | ReplayTask, Field(discriminator="op")]
 TASKS: TypeAdapter[Task] = TypeAdapter(Task)
 
 
-AnyTask = RecordTask | StoredRecordTask | ReplayTask
+AnyTask = RecordTask | ReplayTask | EncodedTask
 
 
 def task_line(task: AnyTask) -> bytes:
     """A task as the one JSON line its worker reads."""
-    if isinstance(task, StoredRecordTask):
-        return b'{"op":"record","case":%s,"number":%s}\n' % (task.case.text.encode(), json.dumps(task.number).encode())
+    if isinstance(task, EncodedTask):
+        members = "".join(f'"{name}":{text},' for name, text in task.members)
+        return f'{{"op":"{task.op}","case":{task.case.text},{members}"number":{json.dumps(task.number)}}}\n'.encode()
     return task.model_dump_json().encode() + b"\n"
 
 
 def numbered(task: AnyTask, number: int) -> AnyTask:
-    if isinstance(task, StoredRecordTask):
+    if isinstance(task, EncodedTask):
         return replace(task, number=number)
     return task.model_copy(update={"number": number})
 
@@ -401,7 +405,7 @@ class SupervisedSandbox:
         """Each case's recording, in order; the next case is sent when the caller asks for
         it, so whatever the caller does with a recording (journal it) happens before the
         system starts the next case."""
-        tasks = (StoredRecordTask(case) if isinstance(case, StoredCase) else RecordTask(case=case) for case in cases)
+        tasks = (EncodedTask("record", case) if isinstance(case, StoredCase) else RecordTask(case=case) for case in cases)
         for task, answer in self._run_tasks(tasks):
             if isinstance(answer, WorkerLost):
                 yield RecordedRun(
@@ -417,7 +421,7 @@ class SupervisedSandbox:
         [result] = list(self.replay_each([ReplayTask(case=case, trajectory=trajectory, checkpoint=checkpoint, change=change)]))
         return result
 
-    def replay_each(self, tasks: Iterable[ReplayTask], *, together: bool = False) -> Iterator[ReplayResult]:
+    def replay_each(self, tasks: Iterable[ReplayTask | EncodedTask], *, together: bool = False) -> Iterator[ReplayResult]:
         """Each replay's result, in order (one at a time, or side by side). `together`: the
         tasks are one item's (a control and a faulted replay of one case), all sent at once,
         so the worker starts each as the one before ends instead of waiting on this process."""
