@@ -11,6 +11,7 @@ from its stored recordings. A use of the incremental stage (run/stage.py); later
 from __future__ import annotations
 
 import json
+from json.encoder import encode_basestring_ascii
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -298,11 +299,18 @@ def stored_cases(cases: StoredTable, positions: list[int]) -> Iterator[StoredCas
 
 def case_text(row: dict[str, Any]) -> str:
     """A stored case row as the JSON object of its CaseRecord (nested columns are JSON text)."""
-    members = (
-        f"{json.dumps(name)}:{'null' if value is None else value if name in CASE_NESTED else json.dumps(value)}"
-        for name, value in row.items()
-    )
-    return "{" + ",".join(members) + "}"
+    return "{" + ",".join(f"{_MEMBER_NAMES[name]}{_member_text(name, value)}" for name, value in row.items()) + "}"
+
+
+_MEMBER_NAMES = {name: json.dumps(name) + ":" for name in CASES_SCHEMA.names}
+
+
+def _member_text(name: str, value: Any) -> str:
+    if value is None:
+        return "null"
+    if name in CASE_NESTED:
+        return value
+    return encode_basestring_ascii(value) if isinstance(value, str) else json.dumps(value)
 
 
 def record_case_table(
