@@ -3,9 +3,9 @@
 Whatever a system does to its process (sys.exit, os._exit, a segfault, a hang, a thread
 that never ends) happens in a worker process, never in the CLI's or a Dagster step's. The
 supervisor sends a worker its cases as JSON lines, one at a time (the next only once the
-one before is journalled, so a killed run loses at most the case running) and reads each
-recording back as one; the worker imports and builds the
-system once and keeps it between cases. A worker
+one before is journalled, so a killed run loses at most the case running; a case's control
+and faulted replays, journalled as one row, go together) and reads each recording back as
+one; the worker imports and builds the system once and keeps it between cases. A worker
 that ends mid-case costs that case (`system_crashed`, with its exit code or signal), one
 that overruns the case's deadline is stopped (`timeout`), and a fresh worker takes the next
 case.
