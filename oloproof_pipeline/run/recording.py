@@ -45,7 +45,7 @@ from .simulated_user import simulator_digest
 from .reuse import KnownWork, WorkCounts
 from .sandboxes import RECORD, Sandboxes, lost_recording
 from .stage import Left, StoredWork, run_stage
-from .supervisor import StoredCase
+from .channel import StoredCase
 from .system import ResolvedSystem
 
 TABLE = "recorded_runs"

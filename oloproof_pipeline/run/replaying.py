@@ -46,7 +46,8 @@ from .reuse import KnownWork, WorkCounts
 from .sandboxes import Sandboxes, SandboxTask
 from .stage import Left, StoredWork, run_stage
 from .recording import stored_cases
-from .supervisor import EncodedTask, StoredCase, SupervisedSandbox
+from .channel import EncodedTask, StoredCase
+from .supervisor import SupervisedSandbox
 from .system import ResolvedSystem, cases_at_once
 
 TABLE = "fault_replays"
