@@ -132,6 +132,12 @@ if REPLAYABLE:
     def replay(self, trajectory, *, checkpoint, change):
         if self.mode == "raises":
             raise RuntimeError("cannot resume")
+        if change is None and self.mode == "control_exits":
+            import os
+            os._exit(3)
+        if change is None and self.mode == "control_hangs":
+            import time
+            time.sleep(600)
         if change is None or self.mode == "ignores_change":
             return {{"steps": [step.model_dump() for step in trajectory.steps[checkpoint.step:]]}}
         return {{
@@ -157,10 +163,12 @@ def toolbox_project(root: Path, kinds: list[str], *evaluators: dict) -> Path:
     return write_project(root, app=TOOLBOX_APP, cases=cases, evaluators=list(evaluators) or [fault_evaluator()], rules=[])
 
 
-def own_trajectory_project(root: Path, *, replayable: bool = True, mode: str = "escalates", cases: list[dict] | None = None) -> Path:
+def own_trajectory_project(
+    root: Path, *, replayable: bool = True, mode: str = "escalates", cases: list[dict] | None = None, timeout_s: float = 5.0
+) -> Path:
     app = OWN_TRAJECTORY_APP.format(replayable=replayable, mode=mode)
     cases = cases or [{"id": "c-1", "input": {"order": "a"}}]
-    return write_project(root, app=app, cases=cases, evaluators=[fault_evaluator()], rules=[])
+    return write_project(root, app=app, cases=cases, evaluators=[fault_evaluator()], rules=[], timeout_s=timeout_s)
 
 
 def replay_all(root: Path, version: str = "1.0.0") -> tuple[dict[str, FaultReplay], dict[str, dict]]:
@@ -303,6 +311,27 @@ def test_an_untrustworthy_or_impossible_replay_is_missing_with_a_named_reason(tm
     root = own_trajectory_project(tmp_path / "p", mode=mode, cases=cases)
     _, verdicts = replay_all(root)
     assert (verdicts["c-1"]["outcome"], verdicts["c-1"]["reason"]) == ("MISSING", reason)
+
+
+@pytest.mark.parametrize(
+    "mode, status, error",
+    [
+        ("control_exits", "system_crashed", "the system's process exited with code 3 during this case"),
+        ("control_hangs", "timeout", "no answer within 1 s"),  # the worker interrupts it, and retires
+    ],
+)
+def test_a_control_replay_that_ends_its_worker_costs_only_itself(tmp_path, mode, status, error):
+    # Both replays of a case are sent to the worker at once: the faulted one, which the lost
+    # worker never started, runs on a fresh worker all the same.
+    cases = [{"id": "c-1", "input": {"order": "a"}}, {"id": "c-2", "input": {"order": "b"}}]
+    root = own_trajectory_project(tmp_path / "p", mode=mode, cases=cases, timeout_s=1)
+    replays, verdicts = replay_all(root)
+    for case_id in ("c-1", "c-2"):
+        replay = replays[case_id]
+        assert (replay.control_status, replay.control_error) == (status, error)
+        assert replay.faulted_status == "ok"
+        assert replay.faulted_trajectory.tool_call_signatures()[-1] == ("escalate", {"key": "a"})
+        assert verdicts[case_id]["outcome"] == "MISSING"
 
 
 def test_a_system_that_cannot_be_replayed_is_refused_before_any_replay(tmp_path):

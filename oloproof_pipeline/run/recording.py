@@ -11,9 +11,11 @@ from its stored recordings. A use of the incremental stage (run/stage.py); later
 from __future__ import annotations
 
 import json
+from json.encoder import encode_basestring_ascii
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pandas as pd
 
@@ -23,9 +25,11 @@ from ..model.fingerprints import CodeFingerprint, row_key, system_code_fingerpri
 from ..model.records import RecordedRun
 from ..model.trajectory import Trajectory
 from ..model.trials import FIRST_TRIAL
-from ..store.decoding import case_stream
+from ..store.decoding import MODELS_AT_ONCE
 from ..store.stored import StoredTable
 from ..store.tables import (
+    CASE_NESTED,
+    CASES_SCHEMA,
     RECORDED_RUNS_SCHEMA,
     RUN_NESTED,
     RowBatches,
@@ -41,6 +45,7 @@ from .simulated_user import simulator_digest
 from .reuse import KnownWork, WorkCounts
 from .sandboxes import RECORD, Sandboxes, lost_recording
 from .stage import Left, StoredWork, run_stage
+from .channel import StoredCase
 from .system import ResolvedSystem
 
 TABLE = "recorded_runs"
@@ -82,13 +87,24 @@ def recording_row(run: RecordedRun, code: CodeFingerprint, config: ProjectConfig
     return {
         **run.model_dump(mode="json", exclude={"found_files"}),
         "code_fingerprint": code.digest,
-        "code_files": code.with_found(run.found_files).files_text,
+        "code_files": code_files_text(code, run.found_files),
         "recording_key": key,
         **usage,
         "cost_usd": cost_usd(config, usage),
         "simulator_digest": simulator,
         **trajectory.user_usage(),
     }
+
+
+def code_files_text(code: CodeFingerprint, found: dict[str, str] | None) -> str:
+    """A recording's `code_files`: the same for nearly every case a worker records, so each
+    distinct text is made once rather than sorted and encoded per case."""
+    return _code_files_text(code.digest, tuple(code.files.items()), tuple((found or {}).items()))
+
+
+@lru_cache(maxsize=64)
+def _code_files_text(digest: str, files: tuple[tuple[str, str], ...], found: tuple[tuple[str, str], ...]) -> str:
+    return CodeFingerprint(digest, dict(files)).with_found(dict(found)).files_text
 
 
 def same_simulator(known: pd.DataFrame, simulator: str | None) -> pd.Series:
@@ -240,7 +256,7 @@ class RecordingStage:
     def work(self, recordings: Recordings, system: ResolvedSystem) -> Left:
         """Each case left, tagged with its trial, in trial then case order."""
         items = (
-            (trial, case) for trial, plan in recordings.plans.items() for case in case_stream(self.cases, plan.to_record)
+            (trial, case) for trial, plan in recordings.plans.items() for case in stored_cases(self.cases, plan.to_record)
         )
         return Left(items, RECORD)
 
@@ -270,6 +286,31 @@ class RecordingStage:
         dropped = set(null_to_none(stored["case_id"])) - set(null_to_none(self.keys["case_id"])) if stored is not None else set()
         summary.dropped = len(dropped)
         return frame, summary
+
+
+def stored_cases(cases: StoredTable, positions: list[int]) -> Iterator[StoredCase]:
+    """The cases at `positions`, in that order, as their worker reads them, read a slice at
+    a time: each stored row as one JSON object, its nested columns the JSON text they are
+    stored as. No case becomes a model here; the worker validates each."""
+    for start in range(0, len(positions), MODELS_AT_ONCE):
+        for row in cases.rows(positions[start : start + MODELS_AT_ONCE], CASES_SCHEMA.names):
+            yield StoredCase(row["case_id"], row["case_digest"], case_text(row))
+
+
+def case_text(row: dict[str, Any]) -> str:
+    """A stored case row as the JSON object of its CaseRecord (nested columns are JSON text)."""
+    return "{" + ",".join(f"{_MEMBER_NAMES[name]}{_member_text(name, value)}" for name, value in row.items()) + "}"
+
+
+_MEMBER_NAMES = {name: json.dumps(name) + ":" for name in CASES_SCHEMA.names}
+
+
+def _member_text(name: str, value: Any) -> str:
+    if value is None:
+        return "null"
+    if name in CASE_NESTED:
+        return value
+    return encode_basestring_ascii(value) if isinstance(value, str) else json.dumps(value)
 
 
 def record_case_table(

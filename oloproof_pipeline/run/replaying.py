@@ -28,8 +28,8 @@ from ..model.faults import FaultPlan, FaultReplay, NoTextToChange, checkpoint_be
 from ..model.fingerprints import producer_code_version, row_key
 from ..model.outcomes import MISSING
 from ..model.records import RecordedRun, ReplayResult
-from ..model.trajectory import Checkpoint
-from ..store.decoding import MODELS_AT_ONCE, case_models, replay_models, run_models
+from ..model.trajectory import Checkpoint, Trajectory
+from ..store.decoding import MODELS_AT_ONCE, replay_models
 from ..store.stored import StoredTable
 from ..store.tables import (
     FAULT_REPLAY_NESTED,
@@ -45,7 +45,9 @@ from ..store.tables import (
 from .reuse import KnownWork, WorkCounts
 from .sandboxes import Sandboxes, SandboxTask
 from .stage import Left, StoredWork, run_stage
-from .supervisor import ReplayTask, SupervisedSandbox
+from .recording import stored_cases
+from .channel import EncodedTask, StoredCase
+from .supervisor import SupervisedSandbox
 from .system import ResolvedSystem, cases_at_once
 
 TABLE = "fault_replays"
@@ -85,8 +87,11 @@ class ReplaySummary(WorkCounts):
 
 @dataclass
 class PendingReplay:
-    case: CaseRecord
-    recording: RecordedRun
+    """A replay a sandbox takes: its case and its recording's trajectory as stored (sent to
+    the worker as they are), the trajectory also as a model (to make the change and judge)."""
+
+    case: StoredCase
+    recording: "StoredRecording"
     plan_index: int
     plan: FaultPlan
     call_index: int
@@ -132,31 +137,54 @@ class ReplayWork:
         return row
 
 
-def base_row(case: CaseRecord, recording: RecordedRun, plan: FaultPlan, version: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class StoredRecording:
+    """What a replay needs of a stored recording: the run that recorded it, and its trajectory
+    as stored (JSON text) and as a model."""
+
+    recorded_by_run: str | None
+    trajectory_text: str | None
+    trajectory: Trajectory | None
+
+
+def stored_recordings(runs: StoredTable, positions: Iterable[int]) -> dict[int, StoredRecording]:
+    """Position -> the recording there (only the columns a replay needs are read)."""
+    unique = sorted({int(position) for position in positions})
+    rows = runs.rows(unique, ["recorded_by_run", "trajectory"])
     return {
-        "case_id": case.case_id,
-        "case_digest": case.case_digest,
+        position: StoredRecording(
+            row["recorded_by_run"], row["trajectory"],
+            None if row["trajectory"] is None else Trajectory.model_validate_json(row["trajectory"]),
+        )
+        for position, row in zip(unique, rows)
+    }
+
+
+def base_row(case_id: str, case_digest: str, recorded_by_run: str | None, plan: FaultPlan, version: str) -> dict[str, Any]:
+    return {
+        "case_id": case_id,
+        "case_digest": case_digest,
         "system_version": version,
         "criterion": plan.criterion,
         "tool": plan.tool,
         "fault": plan.fault,
         "occurrence": plan.occurrence,
         "plan_digest": plan.digest,
-        "recorded_by_run": recording.recorded_by_run,
+        "recorded_by_run": recorded_by_run,
     }
 
 
-def has_text_to_change(plan: FaultPlan, recording: RecordedRun, call_index: int) -> bool:
+def has_text_to_change(plan: FaultPlan, trajectory: Trajectory, call_index: int) -> bool:
     """A template fault needs text in the recorded result to change (else nothing to replay)."""
     try:
-        plan.result_at(recording.trajectory, call_index)
+        plan.result_at(trajectory, call_index)
     except NoTextToChange:
         return False
     return True
 
 
-def judged(replay: FaultReplay, recording: RecordedRun, plan: FaultPlan) -> FaultReplay:
-    judgement = judge_fault_replay(recording.trajectory, plan, replay)
+def judged(replay: FaultReplay, trajectory: Trajectory | None, plan: FaultPlan) -> FaultReplay:
+    judgement = judge_fault_replay(trajectory, plan, replay)
     return replay.model_copy(update=judgement.model_dump())
 
 
@@ -225,25 +253,25 @@ def plan_slice(
 ) -> int:
     """Plan the `chosen` candidates: judge anew those judged under another plan, decide those
     with nothing to replay, list the rest as left. Returns how many had nothing to replay."""
-    chosen_cases = case_models(cases, chosen["case_position"])
-    recordings = run_models(runs, chosen["run_position"])
+    recordings = stored_recordings(runs, chosen["run_position"])
     stale_replays = replay_models(StoredTable.of(work.known), work.reuse[chosen.index[chosen["stale"].to_numpy(dtype=bool)]].astype(int))
     placeholders = 0
-    for row in rows_of(chosen, ["position", "case_position", "run_position", "plan_index", "stale"]):
+    columns = ["position", "case_position", "run_position", "plan_index", "stale", "case_id", "case_digest"]
+    for row in rows_of(chosen, columns):
         position = row.position
-        case, recording, plan = chosen_cases[row.case_position], recordings[row.run_position], plan_of[row.plan_index]
+        recording, plan = recordings[row.run_position], plan_of[row.plan_index]
+        trajectory = recording.trajectory
+        keys = base_row(row.case_id, row.case_digest, recording.recorded_by_run, plan, version)
         if row.stale:
             stored = stale_replays[int(work.reuse[position])]
-            work.decide(position, judged(stored.model_copy(update=base_row(case, recording, plan, version)), recording, plan))
+            work.decide(position, judged(stored.model_copy(update=keys), trajectory, plan))
             continue
-        call_index = plan.faulted_call_index(recording.trajectory)
-        checkpoint = checkpoint_before(recording.trajectory, call_index) if call_index is not None else None
-        if checkpoint is None or not has_text_to_change(plan, recording, call_index):
+        call_index = plan.faulted_call_index(trajectory)
+        checkpoint = checkpoint_before(trajectory, call_index) if call_index is not None else None
+        if checkpoint is None or not has_text_to_change(plan, trajectory, call_index):
             # Nothing to replay: the judgement alone says EXCLUDED or MISSING.
-            placeholder = FaultReplay(
-                **base_row(case, recording, plan, version), outcome=MISSING, reason="not_replayed", faulted_call_index=call_index
-            )
-            work.decide(position, judged(placeholder, recording, plan))
+            placeholder = FaultReplay(**keys, outcome=MISSING, reason="not_replayed", faulted_call_index=call_index)
+            work.decide(position, judged(placeholder, trajectory, plan))
             placeholders += 1
         else:
             work.pending.append(
@@ -253,12 +281,13 @@ def plan_slice(
 
 
 def pending_replays(cases: StoredTable, runs: StoredTable, left: list[LeftToReplay]) -> Iterator[PendingReplay]:
-    """The replays left, in order, their cases and recordings made models a slice at a time as
-    the sandboxes take them, so a large suite is never held as models all at once."""
+    """The replays left, in order, their cases and recordings read a slice at a time as the
+    sandboxes take them, so a large suite is never held all at once."""
     for start in range(0, len(left), MODELS_AT_ONCE):
         chunk = left[start : start + MODELS_AT_ONCE]
-        chosen_cases = case_models(cases, [item.case_position for item in chunk])
-        recordings = run_models(runs, [item.run_position for item in chunk])
+        positions = sorted({item.case_position for item in chunk})
+        chosen_cases = dict(zip(positions, stored_cases(cases, positions)))
+        recordings = stored_recordings(runs, [item.run_position for item in chunk])
         for item in chunk:
             yield PendingReplay(
                 chosen_cases[item.case_position], recordings[item.run_position], item.plan_index, item.plan,
@@ -311,9 +340,8 @@ def replay_one(
     that cannot be is refused before anything is replayed."""
     if refusal is not None and not runner.facts().replayable:
         raise ProjectError(refusal)
-    trajectory = item.recording.trajectory
-    control = runner.replay(item.case, trajectory, item.checkpoint, None)
-    faulted = runner.replay(item.case, trajectory, item.checkpoint, item.plan.change_at(trajectory, item.call_index))
+    # Sent together: the worker starts the faulted replay as the control one ends.
+    control, faulted = runner.replay_each(replay_tasks(item), together=True)
     return fault_replay(item, control, faulted, version, run_id)
 
 
@@ -331,19 +359,20 @@ def replay_side_by_side(
         yield item, fault_replay(item, control, faulted, version, run_id)
 
 
-def replay_tasks(item: PendingReplay) -> tuple[ReplayTask, ReplayTask]:
-    trajectory = item.recording.trajectory
-    change = item.plan.change_at(trajectory, item.call_index)
+def replay_tasks(item: PendingReplay) -> tuple[EncodedTask, EncodedTask]:
+    """The control replay and the faulted one, the case and trajectory sent as stored."""
+    change = item.plan.change_at(item.recording.trajectory, item.call_index)
+    members = (("trajectory", item.recording.trajectory_text), ("checkpoint", item.checkpoint.model_dump_json()))
     return (
-        ReplayTask(case=item.case, trajectory=trajectory, checkpoint=item.checkpoint, change=None),
-        ReplayTask(case=item.case, trajectory=trajectory, checkpoint=item.checkpoint, change=change),
+        EncodedTask("replay", item.case, (*members, ("change", "null"))),
+        EncodedTask("replay", item.case, (*members, ("change", change.model_dump_json()))),
     )
 
 
 def fault_replay(item: PendingReplay, control: ReplayResult, faulted: ReplayResult, version: str, run_id: str) -> FaultReplay:
     """One candidate's replays as its stored row, judged."""
     replay = FaultReplay(
-        **base_row(item.case, item.recording, item.plan, version),
+        **item_row(item, version),
         outcome=MISSING,
         reason="not_judged",
         faulted_call_index=item.call_index,
@@ -359,7 +388,11 @@ def fault_replay(item: PendingReplay, control: ReplayResult, faulted: ReplayResu
         duration_s=round(control.duration_s + faulted.duration_s, 6),
         replayed_by_run=run_id,
     )
-    return judged(replay, item.recording, item.plan)
+    return judged(replay, item.recording.trajectory, item.plan)
+
+
+def item_row(item: PendingReplay, version: str) -> dict[str, Any]:
+    return base_row(item.case.case_id, item.case.case_digest, item.recording.recorded_by_run, item.plan, version)
 
 
 @dataclass
@@ -425,7 +458,7 @@ def worker_failed(item: PendingReplay, error: Exception, version: str, run_id: s
     """A Dask worker died mid-replay: that case is MISSING, never a pass."""
     message = f"the Dask worker replaying this case failed: {type(error).__name__}: {error}"
     replay = FaultReplay(
-        **base_row(item.case, item.recording, item.plan, version),
+        **item_row(item, version),
         outcome=MISSING,
         reason="not_judged",
         faulted_call_index=item.call_index,
@@ -434,7 +467,7 @@ def worker_failed(item: PendingReplay, error: Exception, version: str, run_id: s
         control_error=message,
         replayed_by_run=run_id,
     )
-    return judged(replay, item.recording, item.plan)
+    return judged(replay, item.recording.trajectory, item.plan)
 
 
 def replay_fault_table(

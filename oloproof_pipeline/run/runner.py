@@ -12,7 +12,6 @@ that calls sys.exit() ends its worker process, which the supervisor records as a
 
 from __future__ import annotations
 
-import copy
 import json
 import threading
 import time
@@ -29,7 +28,7 @@ from ..endpoints.deadline import CaseTimedOut, case_deadline
 from ..endpoints.ledger import BudgetStop
 from .system import Replayable, Stateful, system_toolbox
 from ..model.trajectory import ToolChange
-from .toolbox import ReplayScript, StepLimitReached
+from .toolbox import ReplayScript, StepLimitReached, private_copy
 from ..model.trajectory import Checkpoint, Trajectory
 
 
@@ -157,7 +156,7 @@ class SandboxRunner:
             apply_event = getattr(system, "apply_event", None)
             toolbox.begin(role=_role_of(case.input), replay=replay, events=case.events, apply_event=apply_event)
 
-        value, error = attempt(lambda: system(copy.deepcopy(case.input)))
+        value, error = attempt(lambda: system(private_copy(case.input)))
         trajectory = _trajectory_of(system)
         if toolbox is not None and toolbox.event_failure is not None:
             # Checked before the agent's own error: the agent may have swallowed EventFailed.
@@ -223,7 +222,7 @@ class SandboxRunner:
         """Reset, then check the world really is the starting state: the state after reset
         must hash (digests.state_digest) to the starting state's hash, so leftover state
         never leaks into a case. A problem as text, naming the tables that differ."""
-        _, error = attempt(lambda: system.reset(copy.deepcopy(starting_state.state)))
+        _, error = attempt(lambda: system.reset(private_copy(starting_state.state)))
         if error is not None:
             return f"reset() failed: {_describe_exception(error)}"
         snapshot, error = attempt(system.snapshot)

@@ -3,9 +3,9 @@
 Whatever a system does to its process (sys.exit, os._exit, a segfault, a hang, a thread
 that never ends) happens in a worker process, never in the CLI's or a Dagster step's. The
 supervisor sends a worker its cases as JSON lines, one at a time (the next only once the
-one before is journalled, so a killed run loses at most the case running) and reads each
-recording back as one; the worker imports and builds the
-system once and keeps it between cases. A worker
+one before is journalled, so a killed run loses at most the case running; a case's control
+and faulted replays, journalled as one row, go together) and reads each recording back as
+one; the worker imports and builds the system once and keeps it between cases. A worker
 that ends mid-case costs that case (`system_crashed`, with its exit code or signal), one
 that overruns the case's deadline is stopped (`timeout`), and a fresh worker takes the next
 case.
@@ -30,17 +30,17 @@ import threading
 import time
 import weakref
 from collections import deque
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Iterable, Iterator, Literal
+from typing import Any, Iterable, Iterator
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import ValidationError
 
 from ..model.cases import CaseRecord
 from ..model.config import PROJECT_FILE
 from ..model.errors import PipelineError, ProjectError
 from ..model.records import RecordedRun, ReplayResult
 from ..model.trajectory import Checkpoint, ToolChange, Trajectory
+from .channel import AnyTask, EncodedTask, RecordTask, ReplayTask, StoredCase, SystemFacts, WorkerMessage, numbered, task_line
 from .spec import SandboxSettings, SystemSpec
 
 # After a case's deadline the worker interrupts the case itself and reports what it did so
@@ -54,15 +54,6 @@ STOP_GRACE_S = 2.0
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
 
 
-@dataclass(frozen=True)
-class SystemFacts:
-    """What a system says about itself once built: its `version` attribute, and whether it
-    can be replayed (it uses the tool box or has a `replay` method)."""
-
-    version: str | None
-    replayable: bool
-
-
 class WorkerLost(Exception):
     """No answer for a case: the worker ended (`system_crashed`) or overran (`timeout`)."""
 
@@ -71,52 +62,6 @@ class WorkerLost(Exception):
         self.status = status
         self.error = error
         self.duration_s = duration_s
-
-
-# -- what travels on a worker's channel ---------------------------------------------------
-
-
-class RecordTask(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    op: Literal["record"] = "record"
-    case: CaseRecord
-    # Its place in the stream, which the answer carries (cases side by side end in any order).
-    number: int | None = None
-
-
-class ReplayTask(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    op: Literal["replay"] = "replay"
-    case: CaseRecord
-    trajectory: Trajectory
-    checkpoint: Checkpoint
-    change: ToolChange | None = None
-    number: int | None = None
-
-
-Task = Annotated[RecordTask | ReplayTask, Field(discriminator="op")]
-TASKS: TypeAdapter[Task] = TypeAdapter(Task)
-
-
-class WorkerMessage(BaseModel):
-    """Anything said on a worker's channel: by the worker (`ready` or `failed` once built,
-    then one answer per task) or by the fork server (`ended`, with its exit code)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    ready: SystemFacts | None = None
-    failed: list[str] | None = None
-    recorded: RecordedRun | None = None
-    replayed: ReplayResult | None = None
-    # The worker interrupted this task at its deadline and is ending: not to be trusted.
-    retire: bool = False
-    # The worker could not serve the task at all (never one of the system's failures).
-    problem: str | None = None
-    ended: int | None = None
-    # The number of the task answered (cases side by side).
-    number: int | None = None
 
 
 def describe_exit(returncode: int | None) -> str:
@@ -362,11 +307,12 @@ class SupervisedSandbox:
     def record(self, case: CaseRecord) -> RecordedRun:
         return list(self.record_each([case]))[0]
 
-    def record_each(self, cases: Iterable[CaseRecord]) -> Iterator[RecordedRun]:
+    def record_each(self, cases: Iterable[CaseRecord | StoredCase]) -> Iterator[RecordedRun]:
         """Each case's recording, in order; the next case is sent when the caller asks for
         it, so whatever the caller does with a recording (journal it) happens before the
         system starts the next case."""
-        for task, answer in self._run_tasks(RecordTask(case=case) for case in cases):
+        tasks = (EncodedTask("record", case) if isinstance(case, StoredCase) else RecordTask(case=case) for case in cases)
+        for task, answer in self._run_tasks(tasks):
             if isinstance(answer, WorkerLost):
                 yield RecordedRun(
                     case_id=task.case.case_id, case_digest=task.case.case_digest, system_version=self.settings.version,
@@ -381,9 +327,11 @@ class SupervisedSandbox:
         [result] = list(self.replay_each([ReplayTask(case=case, trajectory=trajectory, checkpoint=checkpoint, change=change)]))
         return result
 
-    def replay_each(self, tasks: Iterable[ReplayTask]) -> Iterator[ReplayResult]:
-        """Each replay's result, in order (one at a time, or side by side)."""
-        for _, answer in self._run_tasks(tasks):
+    def replay_each(self, tasks: Iterable[ReplayTask | EncodedTask], *, together: bool = False) -> Iterator[ReplayResult]:
+        """Each replay's result, in order (one at a time, or side by side). `together`: the
+        tasks are one item's (a control and a faulted replay of one case), all sent at once,
+        so the worker starts each as the one before ends instead of waiting on this process."""
+        for _, answer in self._run_tasks(tasks, together=together):
             if isinstance(answer, WorkerLost):
                 yield ReplayResult(status=answer.status, error=answer.error, duration_s=answer.duration_s)
             else:
@@ -394,46 +342,59 @@ class SupervisedSandbox:
         with self._lock:
             return self._ready_worker().facts
 
-    def _run_tasks(self, tasks: Iterable[RecordTask | ReplayTask]) -> Iterator[tuple[Any, Any]]:
+    def _run_tasks(self, tasks: Iterable[AnyTask], *, together: bool = False) -> Iterator[tuple[Any, Any]]:
         """(task, its WorkerMessage or a WorkerLost) for each task, in order. A task whose
-        worker ended or was stopped gets WorkerLost, and a fresh worker takes the next."""
+        worker ended or was stopped gets WorkerLost, and a fresh worker takes the next.
+
+        Tasks are sent one at a time, the next only once the caller asks for it, after it
+        journalled this answer: a run killed at any point has lost at most the case running.
+        `together` sends them all at once instead (the tasks of one item, journalled as one
+        row): the worker runs them in turn, each under its own deadline from when the one
+        before it answered; those a lost or retiring worker never started go to a fresh one."""
         with self._lock:
             if self.settings.cases_at_once > 1:
                 yield from self._run_side_by_side(tasks)
                 return
             upcoming = _Upcoming(tasks)
-            unanswered = False  # a task sent whose answer never came back (the caller stopped, say)
+            sent: deque[tuple[AnyTask, bytes]] = deque()  # on the worker, not answered yet
             try:
-                while (item := upcoming.take()) is not None:
-                    task, line = item
-                    worker = self._ready_worker()
-                    worker.send(line)
-                    unanswered, started = True, time.monotonic()
+                while True:
+                    if not sent:
+                        item = upcoming.take()
+                        if item is None:
+                            return
+                        worker = self._ready_worker()
+                        sent.append(item)
+                        while together and (item := upcoming.take()) is not None:
+                            sent.append(item)
+                        worker.send(b"".join(line for _, line in sent))
+                        started = time.monotonic()
+                    task, _ = sent.popleft()
                     try:
                         answer: Any = worker.receive(started + self.settings.timeout_s + KILL_GRACE_S)
                     except WorkerLost as lost:
                         answer = self._lost(lost, started)
-                    unanswered = False
+                    started = time.monotonic()  # the next task sent starts as this one ends
                     if isinstance(answer, WorkerMessage) and answer.problem is not None:  # our code failed, not the system
                         raise pipeline_failed(answer.problem)
                     if isinstance(answer, WorkerLost) or answer.retire:  # ended, or interrupted mid-case: a fresh worker
                         self._drop_worker()
-                    # The next task is sent only once the caller asks for it, after it journalled
-                    # this answer: a run killed at any point has lost at most the case running.
+                        upcoming.put_back(list(sent))
+                        sent.clear()
                     yield task, answer
             finally:
-                if unanswered:  # never reuse a worker whose answer is still on its way
+                if sent:  # never reuse a worker with answers still on their way (the caller stopped, say)
                     self._drop_worker()
 
-    def _run_side_by_side(self, tasks: Iterable[RecordTask | ReplayTask]) -> Iterator[tuple[Any, Any]]:
+    def _run_side_by_side(self, tasks: Iterable[AnyTask]) -> Iterator[tuple[Any, Any]]:
         """`_run_tasks` with up to `cases_at_once` cases in flight on one worker (each in a
         thread of its own there, on a system instance of its own), each under its own
         deadline from when it was sent; yielded in order. A case that overruns its deadline
         is the one recorded as a timeout; the cases in flight beside it start again on a
         fresh worker. A worker that ends with several cases in flight cannot say which one
         ended it: those cases run again one at a time, so the crash costs only its own."""
-        upcoming = _Upcoming(task.model_copy(update={"number": number}) for number, task in enumerate(tasks))
-        in_flight: dict[int, tuple[RecordTask | ReplayTask, bytes, float]] = {}
+        upcoming = _Upcoming(numbered(task, number) for number, task in enumerate(tasks))
+        in_flight: dict[int, tuple[AnyTask, bytes, float]] = {}
         done: dict[int, tuple[Any, Any]] = {}
         suspects: set[int] = set()  # in flight when a worker ended: each runs alone (first in line)
         following = 0
@@ -520,17 +481,17 @@ class _Upcoming:
     """Tasks still to send, each with its JSON line; tasks a lost worker never started go
     back to the front."""
 
-    def __init__(self, tasks: Iterable[RecordTask | ReplayTask]):
+    def __init__(self, tasks: Iterable[AnyTask]):
         self._source = iter(tasks)
-        self._returned: deque[tuple[RecordTask | ReplayTask, bytes]] = deque()
+        self._returned: deque[tuple[AnyTask, bytes]] = deque()
 
-    def take(self) -> tuple[RecordTask | ReplayTask, bytes] | None:
+    def take(self) -> tuple[AnyTask, bytes] | None:
         if self._returned:
             return self._returned.popleft()
         task = next(self._source, None)
-        return None if task is None else (task, task.model_dump_json().encode() + b"\n")
+        return None if task is None else (task, task_line(task))
 
-    def put_back(self, items: list[tuple[RecordTask | ReplayTask, bytes]]) -> None:
+    def put_back(self, items: list[tuple[AnyTask, bytes]]) -> None:
         self._returned.extendleft(reversed(items))
 
 

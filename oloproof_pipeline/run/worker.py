@@ -31,7 +31,7 @@ from ..model.records import RecordedRun, ReplayResult
 from .reference import ReferencePlayer, load_reference
 from .runner import SandboxRunner, can_replay
 from .spec import SandboxSettings, build_system
-from .supervisor import TASKS, RecordTask, ReplayTask, SystemFacts, WorkerMessage
+from .channel import TASKS, RecordTask, ReplayTask, SystemFacts, WorkerMessage
 from .system import reported_version
 
 
