@@ -31,7 +31,7 @@ from ..model.fingerprints import producer_code_version, row_key
 from ..store.layout import report_panels_path
 from ..store.tables import null_to_none
 from .report_view import PANEL_CASE_FIELDS, PANEL_RUN_FIELDS, PANEL_RUN_LINK_FIELDS, PANEL_VERDICT_FIELDS, StoredReplays
-from .results import VersionResults
+from .results import VersionResults, column_chunks
 
 log = logging.getLogger(__name__)
 
@@ -47,23 +47,29 @@ class PanelKeys:
     only the rows' digests are held."""
 
     def __init__(self, results: VersionResults, replays: StoredReplays):
-        cases = results.case_table
-        case_columns = [null_to_none(cases[name]) if name in cases.columns else [None] * len(cases) for name in PANEL_CASE_FIELDS]
-        self._cases = dict(zip(case_columns[0], row_digests(case_columns)))
-        self._sources = dict(zip(case_columns[0], case_columns[1]))
-        runs = [results.run_column(name) for name in PANEL_RUN_FIELDS] if results.run_table is not None else []
-        self._runs = dict(zip(results.run_column("case_id"), row_digests(runs)))
+        # Each table walked a slice of rows at a time (`column_chunks`): only digests are kept.
+        self._cases: dict[str, str] = {}
+        self._sources: dict[str, str | None] = {}
+        for case_ids, sources, *shown in column_chunks(results.case_table, [PANEL_CASE_FIELDS[0], "source_id", *PANEL_CASE_FIELDS]):
+            self._cases.update(zip(case_ids, row_digests(shown)))
+            self._sources.update(zip(case_ids, sources))
+        self._runs: dict[str, str] = {}
+        if results.run_table is not None:
+            for case_ids, *runs in column_chunks(results.run_table, ["case_id", *PANEL_RUN_FIELDS]):
+                self._runs.update(zip(case_ids, row_digests(runs)))
         self._verdicts: dict[str, Any] = {}  # case id -> a digest of its verdict rows, in order
         self._run_ids: dict[str, list[str | None]] = {}  # case id -> the runs its verdict rows link to, in order
-        shown = [results.verdict_column(name) for name in PANEL_VERDICT_FIELDS if name not in PANEL_RUN_LINK_FIELDS]
-        links = [results.verdict_column(name) for name in PANEL_RUN_LINK_FIELDS]
-        for case_id, verdict, run_ids in zip(results.verdict_column("case_id"), zip(*shown), zip(*links)):
-            hashed = self._verdicts.get(case_id)
-            if hashed is None:
-                hashed = self._verdicts[case_id] = hashlib.sha256()
-                self._run_ids[case_id] = []
-            hashed.update(repr(verdict).encode("utf-8"))
-            self._run_ids[case_id] += run_ids
+        shown_names = [name for name in PANEL_VERDICT_FIELDS if name not in PANEL_RUN_LINK_FIELDS]
+        one_of_each: dict[str | None, str | None] = {}  # a run id is one string, not one per cell
+        for case_ids, *columns in column_chunks(results.verdict_table, ["case_id", *shown_names, *PANEL_RUN_LINK_FIELDS]):
+            shown, links = columns[: len(shown_names)], columns[len(shown_names) :]
+            for case_id, verdict, run_ids in zip(case_ids, zip(*shown), zip(*links)):
+                hashed = self._verdicts.get(case_id)
+                if hashed is None:
+                    hashed = self._verdicts[case_id] = hashlib.sha256()
+                    self._run_ids[case_id] = []
+                hashed.update(repr(verdict).encode("utf-8"))
+                self._run_ids[case_id] += [one_of_each.setdefault(run_id, run_id) for run_id in run_ids]
         self._replays = replays
         self._code = (PANEL_KEY_TAG, producer_code_version("report"), jinja2.__version__)
 

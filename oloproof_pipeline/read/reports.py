@@ -87,10 +87,19 @@ class Spaceless(Extension):
         return "".join(line.lstrip() for line in source.splitlines())
 
 
+# Text at most this long is kept escaped: the values every row repeats (run ids, criteria,
+# outcomes) are short, and a large suite's inputs and answers would fill the cache for nothing.
+REPEATED_TEXT = 80
+
+
 @lru_cache(maxsize=65536)
-def _escaped(text: str) -> Markup:
+def _escaped_repeated(text: str) -> Markup:
     """Run ids, criteria and outcomes repeat on every row of a large report: escaped once each."""
     return Markup(html.escape(text))
+
+
+def _escaped(text: str) -> Markup:
+    return _escaped_repeated(text) if len(text) <= REPEATED_TEXT else Markup(html.escape(text))
 
 
 def escaped(value: Any) -> Markup:
@@ -339,6 +348,8 @@ def panel_sections(
         batch = case_ids[start : start + PANELS_AT_ONCE]
         batch_keys = [keys.key(case_id) for case_id in batch] if keys is not None else [None] * len(batch)
         kept = panels.kept(batch_keys) if panels is not None else {}
+        if len(kept) < len(batch):  # some to render: only the batch's rows made Python values
+            results.hold_rows(batch)
         for case_id, key in zip(batch, batch_keys):
             if key in kept:
                 yield with_run_links(kept[key], keys.run_ids(case_id), dagster_url)

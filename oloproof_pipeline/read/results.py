@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import pandas as pd
 
@@ -43,6 +43,8 @@ class VersionResults:
     # Per table (by id): its column names, and each column read so far as a list.
     _names: dict[int, list[str]] = field(init=False, repr=False, default_factory=dict)
     _lists: dict[int, dict[str, list[Any]]] = field(init=False, repr=False, default_factory=dict)
+    # Per table (by id): the rows held for the panels being written (`hold_rows`).
+    _held: dict[int, "_HeldRows"] = field(init=False, repr=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self._case_at = {case_id: position for position, case_id in enumerate(null_to_none(self.case_table["case_id"]))}
@@ -64,11 +66,34 @@ class VersionResults:
         return [(name, lists[name]) for name in names]
 
     def _row(self, frame: pd.DataFrame, position: int, nested: tuple[str, ...], names: Iterable[str] | None = None) -> dict[str, Any]:
-        """One row as plain data (of `names`, else every column), JSON text parsed."""
-        return {
-            name: from_json_text(values[position]) if name in nested else values[position]
-            for name, values in self._columns(frame, names)
-        }
+        """One row as plain data (of `names`, else every column), JSON text parsed: from the
+        rows held (`hold_rows`) when it is one of them, else from its columns made lists."""
+        held = self._held.get(id(frame))
+        if held is not None and position in held.index:
+            at = held.index[position]
+            columns = [(name, held.column(name)) for name in (frame.columns if names is None else names)]
+            position = at
+        else:
+            columns = self._columns(frame, names)
+        return {name: from_json_text(values[position]) if name in nested else values[position] for name, values in columns}
+
+    def hold_rows(self, case_ids: Iterable[str]) -> None:
+        """Hold as Python values only these cases' rows (the case, its recording and verdicts, a
+        copy's source recording), letting go of those held before: the report writes its
+        panels a batch at a time, so a large suite's columns never all become Python objects
+        (they would hold the report's memory at several times the stored tables')."""
+        case_ids = list(case_ids)
+        self._held = {}
+        cases = self._hold(self.case_table, [self._case_at[case_id] for case_id in case_ids if case_id in self._case_at])
+        sources = [source for source in cases.column("source_id") if source] if "source_id" in self.case_table.columns else []
+        if self.run_table is not None:
+            self._hold(self.run_table, [self._run_at[case_id] for case_id in [*case_ids, *sources] if case_id in self._run_at])
+        self._hold(self.verdict_table, [int(position) for case_id in case_ids for position in self._verdicts_at.get(case_id, ())])
+
+    def _hold(self, frame: pd.DataFrame, positions: list[int]) -> "_HeldRows":
+        positions = sorted(set(positions))
+        held = self._held[id(frame)] = _HeldRows(frame.iloc[positions], {position: at for at, position in enumerate(positions)})
+        return held
 
     @property
     def case_ids(self) -> list[str]:
@@ -91,16 +116,22 @@ class VersionResults:
 
     def verdicts_with(self, outcomes: Iterable[str], names: Iterable[str] | None = None) -> list[dict[str, Any]]:
         """The verdicts with one of these outcomes (only those rows are decoded), in table order."""
-        matches = self.verdict_table["outcome"].isin(list(outcomes)).to_numpy(dtype=bool)
-        return [self._row(self.verdict_table, int(position), VERDICT_NESTED, names) for position in matches.nonzero()[0]]
+        matches = self.verdict_table["outcome"].isin(list(outcomes)).to_numpy(dtype=bool).nonzero()[0]
+        # Those rows alone made Python values, not the whole table's columns.
+        found = _HeldRows(self.verdict_table.iloc[matches], {})
+        columns = [(name, found.column(name)) for name in (self.verdict_table.columns if names is None else names)]
+        return [
+            {name: from_json_text(values[at]) if name in VERDICT_NESTED else values[at] for name, values in columns}
+            for at in range(len(matches))
+        ]
 
     def run_column(self, name: str) -> list[Any]:
-        """One column of the recordings, nulls as None (no row decoded)."""
-        return [] if self.run_table is None else self._columns(self.run_table, [name])[0][1]
+        """One column of the recordings, nulls as None (no row decoded; made for the caller, not kept)."""
+        return [] if self.run_table is None else null_to_none(self.run_table[name])
 
     def verdict_column(self, name: str) -> list[Any]:
-        """One column of the verdicts, nulls as None (no row decoded)."""
-        return self._columns(self.verdict_table, [name])[0][1]
+        """One column of the verdicts, nulls as None (no row decoded; made for the caller, not kept)."""
+        return null_to_none(self.verdict_table[name])
 
     @property
     def cases(self) -> list[dict[str, Any]]:
@@ -122,6 +153,33 @@ class VersionResults:
     def gate_decision(self) -> str | None:
         gate = self.gate_table
         return None if gate is None or gate.empty else gate["gate_decision"].iloc[0]
+
+
+@dataclass
+class _HeldRows:
+    """Some rows of a table, each column made a list when first asked."""
+
+    frame: pd.DataFrame
+    index: dict[int, int]  # the table's position -> the row's place in `frame`
+    lists: dict[str, list[Any]] = field(default_factory=dict)
+
+    def column(self, name: str) -> list[Any]:
+        if name not in self.lists:
+            self.lists[name] = null_to_none(self.frame[name])
+        return self.lists[name]
+
+
+# Rows made Python values at a time where a whole table is walked (`column_chunks`).
+CHUNK_ROWS = 8192
+
+
+def column_chunks(frame: pd.DataFrame, names: Iterable[str]) -> Iterator[list[list[Any]]]:
+    """The named columns a slice of rows at a time, each a list (nulls as None; a column the
+    table lacks as Nones): a large table's columns are never all Python objects at once."""
+    names = list(names)
+    for start in range(0, len(frame), CHUNK_ROWS):
+        part = frame.iloc[start : start + CHUNK_ROWS]
+        yield [null_to_none(part[name]) if name in part.columns else [None] * len(part) for name in names]
 
 
 def _rows(frame: pd.DataFrame | None, nested: tuple[str, ...]) -> list[dict[str, Any]]:
