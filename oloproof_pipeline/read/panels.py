@@ -29,7 +29,6 @@ import jinja2
 
 from ..model.fingerprints import producer_code_version, row_key
 from ..store.layout import report_panels_path
-from ..store.tables import null_to_none
 from .report_view import PANEL_CASE_FIELDS, PANEL_RUN_FIELDS, PANEL_RUN_LINK_FIELDS, PANEL_VERDICT_FIELDS, StoredReplays
 from .results import VersionResults, column_chunks
 
