@@ -508,22 +508,26 @@ def measure_sleeping(workdir: Path, total: int) -> None:
 def measure_dask(workdir: Path, total: int, workers: int = 2) -> None:
     """Recording alone (the stage Dask spreads), one sandbox against `workers` on a local Dask
     cluster (cases in batches), on a desk whose tools wait DASK_SLEEP_S each: ideal speed-up
-    `workers`."""
+    `workers`. Both with `concurrency: {system: 1}`, so one sandbox is one (a Python system's
+    default lets the run add local sandboxes, also shown: `concurrency.system` 8, no Dask)."""
     print(f"\nA desk sleeping {DASK_SLEEP_S * 1000:g} ms per tool call, N = {total:,} source cases, recording alone",
           flush=True)
     timings = {}
-    for count in (1, workers):
-        project = sleeping_suite(workdir, total, sleep_s=DASK_SLEEP_S, name=f"dask-{count}")
+    for name, dask_workers, at_once in (("one", 1, 1), ("dask", workers, 1), ("local", 1, 8)):
+        project = sleeping_suite(workdir, total, sleep_s=DASK_SLEEP_S, name=f"dask-{name}")
         config = yaml.safe_load((project / "oloproof.yaml").read_text(encoding="utf-8"))
-        config.setdefault("execution", {})["workers"] = count
+        config.setdefault("execution", {})["workers"] = dask_workers
+        config["concurrency"] = {"system": at_once}
         (project / "oloproof.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
-        timings[count] = timed_recording(project, version=config["system"]["version"])
-    (one_startup, one), (startup, many) = timings[1], timings[workers]
+        timings[name] = timed_recording(project, version=config["system"]["version"])
+    (one_startup, one), (startup, many), (local_startup, local) = timings["one"], timings["dask"], timings["local"]
     print(f"  1 sandbox                    {one:8.2f} s   (+{one_startup:.2f} s to start: a warm-up)", flush=True)
     print(f"  {workers} sandboxes on Dask          {many:8.2f} s   (+{startup:.2f} s to start: the local cluster, a warm-up)",
           flush=True)
     print(f"  speed-up                     {one / many:8.2f}x  "
           f"(ideal {workers}x; with start-up {(one + one_startup) / (many + startup):.2f}x)", flush=True)
+    print(f"  local sandboxes, no Dask     {local:8.2f} s   (+{local_startup:.2f} s to start; concurrency.system 8): "
+          f"{one / local:.2f}x one sandbox", flush=True)
 
 
 def main() -> None:

@@ -60,6 +60,8 @@ def write_project(root: Path, cases: int, case_seconds: float, workers: int) -> 
         "version": 1, "project": "bench", "dataset": "data/cases.jsonl",
         "system": {"name": "bench", "version": "1", "callable": "app:System"},
         "evaluators": [], "execution": {"workers": workers},
+        # One sandbox per Dask worker, and one without Dask: not the local sandboxes a waiting system gets.
+        "concurrency": {"system": 1},
     }
     (root / "oloproof.yaml").write_text(json.dumps(config))
     return root
