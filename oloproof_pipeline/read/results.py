@@ -40,10 +40,9 @@ class VersionResults:
     _case_at: dict[str, int] = field(init=False, repr=False)
     _run_at: dict[str, int] = field(init=False, repr=False)
     _verdicts_at: dict[str, Any] = field(init=False, repr=False)
-    # Per table (by id): its column names, and each column read so far as a list.
-    _names: dict[int, list[str]] = field(init=False, repr=False, default_factory=dict)
-    _lists: dict[int, dict[str, list[Any]]] = field(init=False, repr=False, default_factory=dict)
-    # Per table (by id): the rows held for the panels being written (`hold_rows`).
+    # Per table (by id): every row, each column made a list when first asked; and the rows held
+    # for the panels being written (`hold_rows`).
+    _whole: dict[int, "_HeldRows"] = field(init=False, repr=False, default_factory=dict)
     _held: dict[int, "_HeldRows"] = field(init=False, repr=False, default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -53,29 +52,18 @@ class VersionResults:
         verdicts = self.verdict_table
         self._verdicts_at = {} if verdicts.empty else verdicts.groupby("case_id", sort=False).indices
 
-    def _columns(self, frame: pd.DataFrame, names: Iterable[str] | None) -> list[tuple[str, list[Any]]]:
-        """The named columns (else all) as lists, nulls as None: each made once per table."""
-        lists = self._lists.setdefault(id(frame), {})
-        if names is None:
-            if id(frame) not in self._names:
-                self._names[id(frame)] = list(frame.columns)
-            names = self._names[id(frame)]
-        for name in names:
-            if name not in lists:
-                lists[name] = null_to_none(frame[name])
-        return [(name, lists[name]) for name in names]
-
     def _row(self, frame: pd.DataFrame, position: int, nested: tuple[str, ...], names: Iterable[str] | None = None) -> dict[str, Any]:
         """One row as plain data (of `names`, else every column), JSON text parsed: from the
-        rows held (`hold_rows`) when it is one of them, else from its columns made lists."""
+        rows held (`hold_rows`) when it is one of them, else from its table's columns made lists."""
         held = self._held.get(id(frame))
         if held is not None and position in held.index:
-            at = held.index[position]
-            columns = [(name, held.column(name)) for name in (frame.columns if names is None else names)]
-            position = at
+            rows, position = held, held.index[position]
         else:
-            columns = self._columns(frame, names)
-        return {name: from_json_text(values[position]) if name in nested else values[position] for name, values in columns}
+            rows = self._whole.setdefault(id(frame), _HeldRows(frame))
+        return {
+            name: from_json_text(rows.column(name)[position]) if name in nested else rows.column(name)[position]
+            for name in (frame.columns if names is None else names)
+        }
 
     def hold_rows(self, case_ids: Iterable[str]) -> None:
         """Hold as Python values only these cases' rows (the case, its recording and verdicts, a
@@ -118,7 +106,7 @@ class VersionResults:
         """The verdicts with one of these outcomes (only those rows are decoded), in table order."""
         matches = self.verdict_table["outcome"].isin(list(outcomes)).to_numpy(dtype=bool).nonzero()[0]
         # Those rows alone made Python values, not the whole table's columns.
-        found = _HeldRows(self.verdict_table.iloc[matches], {})
+        found = _HeldRows(self.verdict_table.iloc[matches])
         columns = [(name, found.column(name)) for name in (self.verdict_table.columns if names is None else names)]
         return [
             {name: from_json_text(values[at]) if name in VERDICT_NESTED else values[at] for name, values in columns}
@@ -157,10 +145,10 @@ class VersionResults:
 
 @dataclass
 class _HeldRows:
-    """Some rows of a table, each column made a list when first asked."""
+    """Rows of a table (some, or all of it), each column made a list when first asked."""
 
     frame: pd.DataFrame
-    index: dict[int, int]  # the table's position -> the row's place in `frame`
+    index: dict[int, int] = field(default_factory=dict)  # some rows: the table's position -> the row's place in `frame`
     lists: dict[str, list[Any]] = field(default_factory=dict)
 
     def column(self, name: str) -> list[Any]:
