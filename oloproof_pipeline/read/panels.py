@@ -49,9 +49,9 @@ class PanelKeys:
         # Each table walked a slice of rows at a time (`column_chunks`): only digests are kept.
         self._cases: dict[str, str] = {}
         self._sources: dict[str, str | None] = {}
-        for case_ids, sources, *shown in column_chunks(results.case_table, [PANEL_CASE_FIELDS[0], "source_id", *PANEL_CASE_FIELDS]):
-            self._cases.update(zip(case_ids, row_digests(shown)))
-            self._sources.update(zip(case_ids, sources))
+        for shown in column_chunks(results.case_table, PANEL_CASE_FIELDS):  # case_id, source_id, ...
+            self._cases.update(zip(shown[0], row_digests(shown)))
+            self._sources.update(zip(shown[0], shown[1]))
         self._runs: dict[str, str] = {}
         if results.run_table is not None:
             for case_ids, *runs in column_chunks(results.run_table, ["case_id", *PANEL_RUN_FIELDS]):
