@@ -22,7 +22,7 @@ import oloproof_pipeline.read as read
 from oloproof_pipeline.decide.paired import paired_difference_interval
 from oloproof_pipeline.model.trajectory import first_difference
 from oloproof_pipeline.project import load_project
-from oloproof_pipeline.read import panels, report_view
+from oloproof_pipeline.read import markup, panels, report_view
 from oloproof_pipeline.read.compare import comparison_markdown, comparison_table, compare_criterion
 from oloproof_pipeline.read.reports import environment, report_path
 from oloproof_pipeline.read.version_report import VersionReport, write_version_report
@@ -421,11 +421,12 @@ def test_every_report_template_ships_as_package_data():
 
 
 def test_report_pieces_escape_as_html_escape_does():
-    """Autoescape is on, with html.escape's entities (the report's bytes predate the templates)."""
+    """Autoescape is on, with html.escape's entities (the report's bytes predate the templates); the
+    pieces the panels call directly (read/panel_html.py) escape alike."""
     pieces = environment().filters
     assert str(pieces["case_link"]("a<b>\"c'&")) == '<a href="#case-a&lt;b&gt;&quot;c&#x27;&amp;">a&lt;b&gt;&quot;c&#x27;&amp;</a>'
     assert str(pieces["outcome"](None)) == '<span class=""></span>'  # None prints as nothing
-    cells = str(pieces["call_cells"]({"tool": "<t>", "arguments": {"note": "it's \"x\""}, "result": None}))
+    cells = str(markup.call_cells({"tool": "<t>", "arguments": {"note": "it's \"x\""}, "result": None}))
     assert cells == "<td>&lt;t&gt;</td><td>{&quot;note&quot;: &quot;it&#x27;s \\&quot;x\\&quot;&quot;}</td><td>null</td>"
     assert str(pieces["run_link"]("0a1b2c3d-4e5f", None)) == '<code title="0a1b2c3d-4e5f">0a1b2c3d</code>'
     linked = str(pieces["run_link"]("0a1b-<x>", "http://h:3000"))

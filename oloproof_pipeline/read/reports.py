@@ -9,11 +9,9 @@ Everything is inline (SVG, CSS, one small script): one offline file.
 
 from __future__ import annotations
 
-import html
 import os
 import shutil
 from contextlib import suppress
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
@@ -34,16 +32,24 @@ from ..model.fingerprints import frame_digest, producer_code_version
 from ..project import load_project
 from ..store.layout import compiled_templates_dir, read_table, reports_dir, table_path, write_text_file
 from . import charts
+from .markup import (
+    case_link,
+    escaped,
+    outcome_span,
+    run_link,
+    table_head,
+    take_out_run_links,
+    with_run_links,
+)
+from .panel_html import case_section
 from .panels import PANELS_AT_ONCE, PanelKeys, PanelStore
 from .report_view import (
     FAILING,
     PANEL_CASE_FIELDS,
-    PANEL_RUN_LINK_FIELDS,
     PANEL_VERDICT_FIELDS,
     REPORT_REPLAY_FIELDS,
     REPORT_RUN_FIELDS,
     REPORT_VALIDITY_FIELDS,
-    CasePanel,
     StoredReplays,
     case_panel,
     cases_failing_first,
@@ -51,7 +57,7 @@ from .report_view import (
     verdict_summary,
 )
 from .results import VersionResults
-from .wording import GATE_COLUMNS, METHOD_NAMES, call_text, flagged_buckets, json_text, rule_cells, short_run_id
+from .wording import GATE_COLUMNS, METHOD_NAMES, call_text, flagged_buckets, rule_cells, short_run_id
 
 if TYPE_CHECKING:  # the comparison needs scipy (Tango's interval): only `report --compare` imports it
     from .comparison_view import ComparisonView
@@ -65,6 +71,7 @@ __all__ = [
     # re-exported for their callers
     "GATE_COLUMNS", "METHOD_NAMES", "PANEL_CASE_FIELDS", "PANEL_VERDICT_FIELDS", "REPORT_REPLAY_FIELDS", "REPORT_RUN_FIELDS",
     "REPORT_VALIDITY_FIELDS", "call_text", "case_panel", "flagged_buckets", "format_rate", "rule_cells", "short_run_id",
+    "verdict_summary",
 ]
 
 # The webserver whose run pages the report links to, e.g. http://127.0.0.1:3000.
@@ -85,132 +92,6 @@ class Spaceless(Extension):
         if not (name or "").endswith(".j2"):
             return source
         return "".join(line.lstrip() for line in source.splitlines())
-
-
-# Text at most this long is kept escaped: the values every row repeats (run ids, criteria,
-# outcomes) are short, and a large suite's inputs and answers would fill the cache for nothing.
-REPEATED_TEXT = 80
-
-
-@lru_cache(maxsize=65536)
-def _escaped_repeated(text: str) -> Markup:
-    """Run ids, criteria and outcomes repeat on every row of a large report: escaped once each."""
-    return Markup(html.escape(text))
-
-
-def _escaped(text: str) -> Markup:
-    return _escaped_repeated(text) if len(text) <= REPEATED_TEXT else Markup(html.escape(text))
-
-
-def escaped(value: Any) -> Markup:
-    """Every `{{ value }}`: escaped with the entities `html.escape` writes (`&quot;`, `&#x27;`),
-    so the report's bytes are what they were before the templates; None prints as nothing.
-    Markup (a macro's output) is already HTML."""
-    if type(value) is str:  # most values: tested first
-        return _escaped(value)
-    if isinstance(value, Markup):
-        return value
-    return _escaped("" if value is None else str(value))
-
-
-# The small pieces every table row repeats, as Python filters rather than Jinja macros: a
-# report of 2,400 cases writes some 270,000 of them, and a macro call costs Jinja many times
-# what the piece does. Each escapes as `{{ value }}` does (`escaped`); the templates keep the
-# layout around them.
-
-
-@lru_cache(maxsize=256)
-def outcome_span(value: str | None) -> Markup:
-    """An outcome (or a decision) in the span its colour is styled by."""
-    text = escaped(value)
-    return Markup(f'<span class="{text}">{text}</span>')
-
-
-def case_link(case_id: str) -> Markup:
-    """A link to the case's panel, named by its id."""
-    text = escaped(case_id)
-    return Markup(f'<a href="#case-{text}">{text}</a>')
-
-
-# Where a kept panel links to a run (see `RunLinkHole`): no text a recording holds can spell
-# it, since every `<` in one is escaped.
-RUN_LINK_HOLE = "<run-link "
-
-
-@dataclass(frozen=True)
-class RunLinkHole:
-    """A run link left out of a panel as it is rendered (the `index`th of the runs its verdict
-    rows link to), so the panel is kept by what it shows of its case and fits any run that
-    recorded and judged it alike; `with_run_links` fills it as the report is written."""
-
-    index: int
-
-
-def run_link(run_id: str | RunLinkHole | None, dagster_url: str | None) -> Markup:
-    """A short run id, linked to the run's page when a Dagster webserver URL is configured."""
-    if isinstance(run_id, RunLinkHole):
-        return _hole_markup(run_id.index)
-    return _run_link(run_id, dagster_url)
-
-
-@lru_cache(maxsize=4096)
-def _run_link(run_id: str | None, dagster_url: str | None) -> Markup:
-    if not run_id:
-        return Markup("-")
-    short = f'<code title="{escaped(run_id)}">{escaped(short_run_id(run_id))}</code>'
-    return Markup(f'<a href="{escaped(dagster_url)}/runs/{escaped(run_id)}">{short}</a>' if dagster_url else short)
-
-
-@lru_cache(maxsize=None)
-def run_link_hole(index: int) -> RunLinkHole:
-    return RunLinkHole(index)
-
-
-@lru_cache(maxsize=None)
-def _hole_markup(index: int) -> Markup:
-    return Markup(f"{RUN_LINK_HOLE}{index}>")
-
-
-def take_out_run_links(panel: CasePanel) -> list[str | None]:
-    """The runs the panel's verdict rows link to, in order, each replaced by its hole in the
-    panel's own verdict rows (the panel is built for this one render)."""
-    run_ids: list[str | None] = []
-    for verdict in panel.verdicts:
-        for name in PANEL_RUN_LINK_FIELDS:
-            run_ids.append(verdict[name])
-            verdict[name] = run_link_hole(len(run_ids) - 1)
-    return run_ids
-
-
-def with_run_links(section: str, run_ids: list[str | None], dagster_url: str | None) -> Markup:
-    """A panel with each run link hole filled: the run ids in the order its holes number them."""
-    head, *holes = section.split(RUN_LINK_HOLE)
-    parts = [head]
-    for hole in holes:
-        index, rest = hole.split(">", 1)
-        parts += (_run_link(run_ids[int(index)], dagster_url), rest)
-    return Markup("".join(parts))
-
-
-def call_cells(call: dict[str, Any] | None) -> Markup:
-    """A tool call as three cells: tool, arguments, result."""
-    if call is None:
-        return Markup("<td>-</td><td>-</td><td>-</td>")
-    return Markup(
-        f"<td>{escaped(call.get('tool'))}</td><td>{escaped(json_text(call.get('arguments')))}</td>"
-        f"<td>{escaped(json_text(call.get('result')))}</td>"
-    )
-
-
-def table_head(headers: list[str]) -> Markup:
-    """A table's opening up to its body: the rows and `</tbody></table>` follow in the template."""
-    return _table_head(tuple(headers))
-
-
-@lru_cache(maxsize=256)
-def _table_head(headers: tuple[str, ...]) -> Markup:
-    cells = "".join(f"<th>{escaped(header)}</th>" for header in headers)
-    return Markup(f"<table><thead><tr>{cells}</tr></thead><tbody>")
 
 
 class FinalizeEscapes(CodeGenerator):
@@ -277,19 +158,15 @@ def environment(project_root: Path | None = None) -> Environment:
     )
     env.code_generator_class = FinalizeEscapes
     env.filters.update(
-        json=json_text,
         rate=format_rate,
         interval=format_interval,
         px=lambda value: f"{value:.1f}",
         g=lambda value: f"{value:g}",
         joined=lambda items, separator: separator.join(items or []),
         rule_cells=rule_cells,
-        short_run_id=short_run_id,
-        verdict_summary=verdict_summary,
         outcome=outcome_span,
         case_link=case_link,
         run_link=run_link,
-        call_cells=call_cells,
         table_head=table_head,
     )
     env.globals.update(
@@ -323,7 +200,7 @@ def report_parts(
     env = environment(project_root)
     yield from env.get_template("report.html.j2").generate(
         view=report_view(results, project_name, stored_replays, project_root, trials),
-        panel_sections=panel_sections(env, results, ordered, stored_replays, dagster_url, panels),
+        panel_sections=panel_sections(results, ordered, stored_replays, dagster_url, panels),
         case_count=len(ordered),
         failing_count=failing,
         comparison=comparison,
@@ -335,14 +212,12 @@ def report_parts(
 
 
 def panel_sections(
-    env: Environment, results: VersionResults, case_ids: list[str], replays: StoredReplays, dagster_url: str | None,
+    results: VersionResults, case_ids: list[str], replays: StoredReplays, dagster_url: str | None,
     panels: PanelStore | None,
 ) -> Iterator[Markup]:
     """Each case's section, in order: the one kept under its key, else rendered (and kept),
     its run links filled in. Looked up a batch of cases at a time, so only a batch of panels
     is ever held."""
-    # The panel macro alone, without the Dagster URL: its run links are holes, filled below.
-    case_section = env.get_template("case.html.j2").make_module({}).case_section
     keys = PanelKeys(results, replays) if panels is not None else None
     for start in range(0, len(case_ids), PANELS_AT_ONCE):
         batch = case_ids[start : start + PANELS_AT_ONCE]
@@ -358,7 +233,7 @@ def panel_sections(
             if panel is None:
                 continue
             run_ids = take_out_run_links(panel)
-            section = str(case_section(panel))
+            section = case_section(panel)  # its run links are holes, filled below
             if panels is not None:
                 panels.put(key, case_id, section)
             yield with_run_links(section, run_ids, dagster_url)
