@@ -224,3 +224,29 @@ def test_cases_stacked_with_their_copies_decode_alike_in_any_order(tmp_path):
     assert exactly(case_models(stacked, in_order).values()) == exactly(as_ever[position] for position in in_order)
     any_order = [8, 0, 5, 3, 4, 1]
     assert exactly(case_stream(stacked, any_order)) == exactly(as_ever[position] for position in any_order)
+
+
+def test_judging_holds_the_collector_off_while_it_judges(evaluated_example, monkeypatch):
+    """Judging a chunk of clusters (decoding it, each verdict, its rows) makes no cycle either:
+    the collector stays off while any case is judged, and is on again once the table is made."""
+    from oloproof_pipeline.evaluators.base import Evaluator
+    from oloproof_pipeline.evaluators.judging import judge_verdict_table
+    from oloproof_pipeline.project import load_project
+    from oloproof_pipeline.store.reuse import stored_tables
+
+    project = load_project(evaluated_example[0])
+    stored = stored_tables(project, "1.0.0")
+    collector_on: list[bool] = []
+    judge_case = Evaluator.judge_case
+
+    def judged_noting_the_collector(self, case, context):
+        collector_on.append(gc.isenabled())
+        return judge_case(self, case, context)
+
+    monkeypatch.setattr(Evaluator, "judge_case", judged_noting_the_collector)
+    frame, summary = judge_verdict_table(
+        project, stored["cases"], stored["recorded_runs"], stored["fault_replays"], StoredTable.of(None),
+        version="1.0.0", judged_by_run="judging-again",
+    )
+    assert summary.judged == len(frame) == len(collector_on) == 72 * len(project.evaluators)
+    assert not any(collector_on) and gc.isenabled()

@@ -28,7 +28,7 @@ from ..model.faults import FaultReplay
 from ..model.fingerprints import evaluator_digest, row_key
 from ..model.outcomes import Verdict
 from ..model.records import RecordedRun
-from ..store.decoding import case_models, replay_models, run_models
+from ..store.decoding import case_models, collection_paused, replay_models, run_models
 from ..store.stored import StoredTable
 from ..store.tables import (
     BATCH_ROWS,
@@ -386,37 +386,60 @@ def judge_wanted(
         return columns.frame(), slots
     run_positions = {case_id: position for position, case_id in enumerate(null_to_none(runs.columns("case_id")["case_id"]))}
     replay_positions = replay_rows(replays)
-    evaluators = project.evaluators
     for chunk_entries in chunks_of_clusters(wanted, entries, case_keys):
-        chunk = chunk_entries.tolist()
-        case_positions = [entry // wanted.evaluators for entry in chunk]
-        chunk_cases = case_models(cases, case_positions)
-        needed_runs = {case.case_id for case in chunk_cases.values()} | {
-            case.source_id for case in chunk_cases.values() if case.source_id
-        }
-        recordings = {
-            run.case_id: run
-            for run in run_models(runs, [run_positions[case_id] for case_id in needed_runs if case_id in run_positions]).values()
-        }
-        replay_keys_wanted = zip(wanted.case_ids[chunk_entries].tolist(), wanted.criteria[chunk_entries].tolist())
-        chunk_replays = {
-            (replay.case_id, replay.criterion): replay
-            for replay in replay_models(replays, [replay_positions[key] for key in replay_keys_wanted if key in replay_positions]).values()
-        }
-        context = JudgingContext(
-            cases={case.case_id: case for case in chunk_cases.values()},
-            recordings=recordings,
-            replays={key: replay for key, replay in chunk_replays.items() if made_from(replay, recordings.get(key[0]))},
-        )
-        pairs = [(evaluators[entry % wanted.evaluators], chunk_cases[entry // wanted.evaluators]) for entry in chunk]
-        verdicts = judged(pairs, context, project.config.concurrency.judge)
-        for entry, (evaluator, case), verdict in zip(chunk, pairs, verdicts):
-            # A verdict that is not reusable (a judge that could not be reached) keeps no key.
-            inputs_key = wanted.inputs_keys[entry] if evaluator.reusable(verdict) else None
-            keys = (wanted.evaluator_digests[entry], wanted.recording_keys[entry], inputs_key)
-            columns.add(verdict, case, context, version, judged_by_run, keys)
-        slots.extend(chunk)
+        # The collector is held off while a chunk is decoded and judged: its models, verdicts
+        # and rows make no cycle, yet set off collections (some of the whole heap) costing a
+        # tenth of judging. It runs between chunks: a grader's own garbage waits one chunk.
+        with collection_paused():
+            judge_chunk(project, cases, runs, replays, wanted, chunk_entries.tolist(), run_positions, replay_positions,
+                        columns, version=version, judged_by_run=judged_by_run)
+        slots.extend(chunk_entries.tolist())
     return columns.frame(), slots
+
+
+def judge_chunk(
+    project: Project,
+    cases: StoredTable,
+    runs: StoredTable,
+    replays: StoredTable,
+    wanted: WantedVerdicts,
+    chunk: list[int],
+    run_positions: dict[str, int],
+    replay_positions: dict[tuple[str, str], int],
+    columns: VerdictColumns,
+    *,
+    version: str,
+    judged_by_run: str,
+) -> None:
+    """The verdict rows of one chunk's entries, added to `columns` in entry order: only the
+    chunk's cases, recordings and replays decoded."""
+    evaluators = project.evaluators
+    case_positions = [entry // wanted.evaluators for entry in chunk]
+    chunk_cases = case_models(cases, case_positions)
+    needed_runs = {case.case_id for case in chunk_cases.values()} | {
+        case.source_id for case in chunk_cases.values() if case.source_id
+    }
+    recordings = {
+        run.case_id: run
+        for run in run_models(runs, [run_positions[case_id] for case_id in needed_runs if case_id in run_positions]).values()
+    }
+    replay_keys_wanted = zip(wanted.case_ids[chunk].tolist(), wanted.criteria[chunk].tolist())
+    chunk_replays = {
+        (replay.case_id, replay.criterion): replay
+        for replay in replay_models(replays, [replay_positions[key] for key in replay_keys_wanted if key in replay_positions]).values()
+    }
+    context = JudgingContext(
+        cases={case.case_id: case for case in chunk_cases.values()},
+        recordings=recordings,
+        replays={key: replay for key, replay in chunk_replays.items() if made_from(replay, recordings.get(key[0]))},
+    )
+    pairs = [(evaluators[entry % wanted.evaluators], chunk_cases[entry // wanted.evaluators]) for entry in chunk]
+    verdicts = judged(pairs, context, project.config.concurrency.judge)
+    for entry, (evaluator, case), verdict in zip(chunk, pairs, verdicts):
+        # A verdict that is not reusable (a judge that could not be reached) keeps no key.
+        inputs_key = wanted.inputs_keys[entry] if evaluator.reusable(verdict) else None
+        keys = (wanted.evaluator_digests[entry], wanted.recording_keys[entry], inputs_key)
+        columns.add(verdict, case, context, version, judged_by_run, keys)
 
 
 def made_from(replay: FaultReplay, recording: RecordedRun | None) -> bool:

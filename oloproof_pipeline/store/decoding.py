@@ -20,11 +20,13 @@ MODELS_AT_ONCE = 500
 
 
 @contextmanager
-def _collection_paused() -> Iterator[None]:
+def collection_paused() -> Iterator[None]:
     """The cyclic garbage collector held off while rows are decoded. Decoding makes tens of
     thousands of dicts, lists and models and no cycle among them, yet each few hundred it
     makes set off a collection, and every so often one of the whole heap: at 2,400 cases
-    they cost about as much as parsing. A collection after finds whatever it would."""
+    they cost about as much as parsing. A collection after finds whatever it would. Judging
+    holds it off for a whole chunk of clusters (`evaluators/judging.py`); nested, the
+    outermost turns it back on."""
     was_on = gc.isenabled()
     gc.disable()
     try:
@@ -36,7 +38,7 @@ def _collection_paused() -> Iterator[None]:
 
 def _models(table: StoredTable, positions: Iterable[int], model: type[BaseModel], names: list[str], nested: Iterable[str]) -> dict:
     unique = sorted({int(position) for position in positions})
-    with _collection_paused():
+    with collection_paused():
         return {position: model.model_validate(row) for position, row in zip(unique, table.rows(unique, names, nested))}
 
 
@@ -65,7 +67,7 @@ def case_stream(cases: StoredTable, positions: list[int]) -> Iterator[CaseRecord
     """The cases at `positions`, in that order, made a slice at a time as the sandboxes take
     them, so a large suite is never held as models all at once."""
     for start in range(0, len(positions), MODELS_AT_ONCE):
-        with _collection_paused():
+        with collection_paused():
             rows = cases.rows(positions[start : start + MODELS_AT_ONCE], CASES_SCHEMA.names, CASE_NESTED)
             models = [CaseRecord.model_validate(row) for row in rows]
         yield from models
