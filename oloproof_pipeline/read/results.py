@@ -61,8 +61,8 @@ class VersionResults:
         else:
             rows = self._whole.setdefault(id(frame), _HeldRows(frame))
         return {
-            name: from_json_text(rows.column(name)[position]) if name in nested else rows.column(name)[position]
-            for name in (frame.columns if names is None else names)
+            name: from_json_text(values[position]) if is_nested else values[position]
+            for name, values, is_nested in rows.columns(tuple(frame.columns if names is None else names), nested)
         }
 
     def hold_rows(self, case_ids: Iterable[str]) -> None:
@@ -151,10 +151,20 @@ class _HeldRows:
     index: dict[int, int] = field(default_factory=dict)  # some rows: the table's position -> the row's place in `frame`
     lists: dict[str, list[Any]] = field(default_factory=dict)
 
+    # names asked together -> (name, its column, whether it holds JSON text) of each: a panel
+    # asks the same few names of thousands of rows.
+    picked: dict[tuple[str, ...], list[tuple[str, list[Any], bool]]] = field(default_factory=dict)
+
     def column(self, name: str) -> list[Any]:
         if name not in self.lists:
             self.lists[name] = null_to_none(self.frame[name])
         return self.lists[name]
+
+    def columns(self, names: tuple[str, ...], nested: tuple[str, ...]) -> list[tuple[str, list[Any], bool]]:
+        found = self.picked.get(names)
+        if found is None:
+            found = self.picked[names] = [(name, self.column(name), name in nested) for name in names]
+        return found
 
 
 # Rows made Python values at a time where a whole table is walked (`column_chunks`).

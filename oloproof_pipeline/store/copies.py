@@ -14,7 +14,7 @@ from ..model.config import Project, TransformConfig
 from ..model.errors import ProjectError
 from ..model.fingerprints import producer_code_version, row_key
 from ..model.transforms import LabelSummary, derive_each, label_of, load_labels, summarise_labels, transform_places
-from .decoding import MODELS_AT_ONCE
+from .decoding import MODELS_AT_ONCE, collection_paused
 from .tables import CASES_SCHEMA, DERIVED_CASES_SCHEMA, cases_from_table, derived_case_table, null_to_none
 
 
@@ -73,19 +73,21 @@ def derive_missing(
     problems: list[list[str]] = [[] for _ in transforms]
     for start in range(0, len(missing), MODELS_AT_ONCE):
         positions = missing[start : start + MODELS_AT_ONCE]
-        models = dict(zip(positions, cases_from_table(sources.iloc[positions])))
-        for index, transform in enumerate(transforms):
-            wanted = [position for position in positions if keys[index][position] not in stored_at]
-            copies = derive_each(
-                transform, places[index], [models[position] for position in wanted], declares_states=states,
-                problems=problems[index],
-            )
-            made_from = {copy.source_id: copy for copy in copies}
-            rows = [(position, made_from[models[position].case_id]) for position in wanted if models[position].case_id in made_from]
-            pieces[index].append(derived_case_table([copy for _, copy in rows]).assign(
-                source_position=pd.Series([position for position, _ in rows], dtype="int64"),
-                copy_key=pd.Series([keys[index][position] for position, _ in rows], dtype=object),
-            ))
+        # Models and copies make no reference cycle: the collector waits for the slice's end.
+        with collection_paused():
+            models = dict(zip(positions, cases_from_table(sources.iloc[positions])))
+            for index, transform in enumerate(transforms):
+                wanted = [position for position in positions if keys[index][position] not in stored_at]
+                copies = derive_each(
+                    transform, places[index], [models[position] for position in wanted], declares_states=states,
+                    problems=problems[index],
+                )
+                made_from = {copy.source_id: copy for copy in copies}
+                rows = [(position, made_from[models[position].case_id]) for position in wanted if models[position].case_id in made_from]
+                pieces[index].append(derived_case_table([copy for _, copy in rows]).assign(
+                    source_position=pd.Series([position for position, _ in rows], dtype="int64"),
+                    copy_key=pd.Series([keys[index][position] for position, _ in rows], dtype=object),
+                ))
     found = [problem for each in problems for problem in each]
     if found:
         raise ProjectError(found)
