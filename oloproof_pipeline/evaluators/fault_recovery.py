@@ -136,18 +136,22 @@ def describe_call(signatures: list[tuple[str | None, Any]], index: int) -> dict[
     return {"tool": tool, "arguments": arguments}
 
 
-def call_difference(recorded: Trajectory, replayed: Trajectory, upto: int | None = None) -> dict[str, Any] | None:
-    """Where the replay's calls first differ from the recording's (among the first `upto`)."""
-    ours, theirs = recorded.call_signatures()[:upto], replayed.call_signatures()[:upto]
+def call_difference(
+    recorded: list[tuple[str | None, Any]], replayed: list[tuple[str | None, Any]], upto: int | None = None
+) -> dict[str, Any] | None:
+    """Where the replay's calls first differ from the recording's (among the first `upto`),
+    each given as its `call_signatures`."""
+    ours, theirs = recorded[:upto], replayed[:upto]
     at = first_difference(ours, theirs)
     if at is None:
         return None
     return {"at_call": at, "recorded": describe_call(ours, at), "replayed": describe_call(theirs, at)}
 
 
-def control_divergence(recorded: Trajectory, control: Trajectory) -> dict[str, Any] | None:
-    """Why the control replay does not reproduce the recording, or None when it does."""
-    difference = call_difference(recorded, control)
+def control_divergence(recorded: Trajectory, control: Trajectory, recorded_calls: list[tuple[str | None, Any]]) -> dict[str, Any] | None:
+    """Why the control replay does not reproduce the recording (whose `call_signatures` are
+    `recorded_calls`), or None when it does."""
+    difference = call_difference(recorded_calls, control.call_signatures())
     if difference is not None:
         return difference
     if control.terminal_status != recorded.terminal_status:
@@ -155,11 +159,14 @@ def control_divergence(recorded: Trajectory, control: Trajectory) -> dict[str, A
     return None
 
 
-def injection_problem(recorded: Trajectory, faulted: Trajectory, call_index: int, plan: FaultPlan) -> dict[str, Any] | None:
+def injection_problem(
+    recorded: Trajectory, faulted: Trajectory, call_index: int, plan: FaultPlan,
+    calls: tuple[list[tuple[str | None, Any]], list[tuple[str | None, Any]]],
+) -> dict[str, Any] | None:
     """None when the faulted replay made the recorded call at `call_index` and the injected
-    result came back right after it."""
-    recorded_call = describe_call(recorded.call_signatures(), call_index)
-    replayed_call = describe_call(faulted.call_signatures(), call_index)
+    result came back right after it. `calls`: both trajectories' `call_signatures`."""
+    recorded_call = describe_call(calls[0], call_index)
+    replayed_call = describe_call(calls[1], call_index)
     calls = faulted.calls()
     result = plain_json(calls[call_index].result) if call_index < len(calls) else None
     expected_result = plan.result_at(recorded, call_index)
@@ -203,26 +210,30 @@ def judge_fault_replay(recording: Trajectory | None, plan: FaultPlan, replay: Fa
     if checkpoint is None:
         return Judgement(outcome=MISSING, reason="no_checkpoint_recorded", details={"faulted_call": call_index})
     control, faulted = (replay.control(), replay.faulted()) if replay is not None else (None, None)
+    recorded_calls = recording.call_signatures()  # each trajectory's calls made plain JSON once
     for which, result in (("control", control), ("faulted", faulted)):
         problem = replay_problem(which, result)
         if problem is not None:
             return problem
         if which == "control":
-            divergence = control_divergence(recording, control.trajectory)
+            divergence = control_divergence(recording, control.trajectory, recorded_calls)
             if divergence is not None:
                 return Judgement(outcome=MISSING, reason="control_diverged", details=divergence)
-    before = call_difference(recording, faulted.trajectory, upto=call_index)
+    faulted_calls = faulted.trajectory.call_signatures()
+    before = call_difference(recorded_calls, faulted_calls, upto=call_index)
     if before is not None:
         return Judgement(outcome=MISSING, reason="replay_diverged_before_checkpoint", details=before)
-    missing_fault = injection_problem(recording, faulted.trajectory, call_index, plan)
+    missing_fault = injection_problem(recording, faulted.trajectory, call_index, plan, (recorded_calls, faulted_calls))
     if missing_fault is not None:
         return Judgement(outcome=MISSING, reason="replay_did_not_inject_the_fault", details=missing_fault)
-    return verdict_after_fault(faulted, call_index, checkpoint, plan)
+    return verdict_after_fault(faulted, call_index, checkpoint, plan, faulted_calls)
 
 
-def verdict_after_fault(faulted: ReplayResult, call_index: int, checkpoint: Checkpoint, plan: FaultPlan) -> Judgement:
+def verdict_after_fault(
+    faulted: ReplayResult, call_index: int, checkpoint: Checkpoint, plan: FaultPlan, signatures: list[tuple[str | None, Any]]
+) -> Judgement:
+    """The verdict on what the agent did after the fault (`signatures`: the faulted replay's calls)."""
     trajectory = faulted.trajectory
-    signatures = trajectory.call_signatures()
     after = [describe_call(signatures, index) for index in range(call_index + 1, len(signatures))]
     failed = [constraint.model_dump(mode="json") for constraint in trajectory.failed_constraints()]
     escalations = [call for call in after if call["tool"] in plan.escalate_tools]

@@ -21,10 +21,16 @@ USER_MESSAGE, GOAL_CHECK = "message", "goal_check"
 Item = TypeVar("Item")
 
 
+# One encoder for every call: `json.dumps` with an option builds one each time.
+_AS_STORED = json.JSONEncoder(default=repr)
+
+
 def plain_json(value: Any) -> Any:
     """`value` as stored JSON reads back (tuples as lists), so a live call compares equal to
     its stored recording; anything not JSON compares by its text."""
-    return json.loads(json.dumps(value, default=repr))
+    if value is None or type(value) in (str, int, bool):  # reads back as it is
+        return value
+    return json.loads(_AS_STORED.encode(value))
 
 
 def first_difference(
