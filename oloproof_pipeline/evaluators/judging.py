@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+from pydantic import TypeAdapter
 
 from ..model.cases import CaseRecord
 from ..model.config import Project
@@ -83,6 +84,11 @@ VERDICT_COLUMNS = (
 )
 
 
+# A verdict's details as `Verdict.model_dump(mode="json")` gives them (its other fields are text
+# already): dumping only them, and nothing for the many verdicts without any.
+DETAILS: TypeAdapter[Any] = TypeAdapter(Any)
+
+
 class VerdictColumns:
     """Verdict rows gathered as plain tuples (no dict per row), turned into Arrow record batches
     a column at a time every `BATCH_ROWS` rows (so a large table never exists as Python
@@ -98,13 +104,13 @@ class VerdictColumns:
     ) -> None:
         """One verdict's row, naming the runs that recorded, replayed and judged it; `keys` are
         its cache key (evaluator digest, recording key, inputs key)."""
-        dumped = verdict.model_dump(mode="json")
         recording = context.recording_of(verdict.case_id)
         replay = context.replays.get((verdict.case_id, verdict.criterion))
+        details = verdict.details
         self._rows.append((
-            dumped["case_id"], case.case_digest, case.group_id, dumped["criterion"], dumped["outcome"], dumped["reason"],
-            to_json_text(dumped["details"]), version, recording.recorded_by_run if recording else None,
-            getattr(replay, "replayed_by_run", None), judged_by_run, *keys,
+            verdict.case_id, case.case_digest, case.group_id, verdict.criterion, verdict.outcome, verdict.reason,
+            None if details is None else to_json_text(DETAILS.dump_python(details, mode="json")), version,
+            recording.recorded_by_run if recording else None, getattr(replay, "replayed_by_run", None), judged_by_run, *keys,
         ))
         if len(self._rows) >= BATCH_ROWS:
             self._flush()
