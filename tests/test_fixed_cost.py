@@ -1,0 +1,34 @@
+"""What every launched run pays whatever its size, counted (never timed): the objects the
+interpreter's shutdown would walk again."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from helpers import REPO, cli_environment
+
+# Registered before `main` registers its own exit handler, so it runs after it (atexit runs
+# the last registered first): what the interpreter's final collections would then walk.
+EXIT_PROBE = """
+import atexit, gc, sys
+atexit.register(lambda: print(f"frozen={gc.get_freeze_count()} tracked={len(gc.get_objects())}", file=sys.stderr))
+from oloproof_pipeline.cli import main
+sys.argv = ["oloproof", *sys.argv[1:]]
+main()
+"""
+
+
+def exit_counts(*args: str) -> dict[str, int]:
+    finished = subprocess.run([sys.executable, "-c", EXIT_PROBE, *args], cwd=REPO, env=cli_environment(),
+                              capture_output=True, text=True)
+    line = finished.stderr.strip().splitlines()[-1]
+    return {key: int(value) for key, value in (item.split("=") for item in line.split())}
+
+
+def test_the_command_leaves_what_it_made_out_of_the_shutdowns_collections():
+    counts = exit_counts("gate", "--help")
+    # The CLI's imports alone are hundreds of thousands of objects: set aside, none is walked
+    # again by the shutdown's full collections; only what exit handlers make afterwards is.
+    assert counts["frozen"] > 100_000
+    assert counts["tracked"] < counts["frozen"] // 100
