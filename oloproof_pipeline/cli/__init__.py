@@ -8,27 +8,31 @@ from __future__ import annotations
 
 import atexit
 import gc
-import logging
 import sys
-import traceback
 
-import typer
-from typer.exceptions import TyperException
+from .startup import imported_aside
 
-from ..model.errors import ProjectError
-from ..model.outcomes import EXIT_ALLOW, EXIT_INCOMPLETE, EXIT_USAGE
-from ..store.journal import log as evidence_log
-from ..store.layout import StorageWriteError, StoredTableError
-from .certify import certify
-from .gate import gate
-from .init import init
-from .inspect import inspect
-from .importing import import_app
-from .labels import labels_app
-from .options import CommandFailed, app
-from .render import configure_consoles, console, error_console, error_line, fail
-from .results import compare, export, report
-from .run import run
+with imported_aside():  # every command's modules, with the collector held off
+    import logging
+    import traceback
+
+    import typer
+    from typer.exceptions import TyperException
+
+    from ..model.errors import ProjectError
+    from ..model.outcomes import EXIT_ALLOW, EXIT_INCOMPLETE, EXIT_USAGE
+    from ..store.journal import log as evidence_log
+    from ..store.layout import StorageWriteError, StoredTableError
+    from .certify import certify
+    from .gate import gate
+    from .init import init
+    from .inspect import inspect
+    from .importing import import_app
+    from .labels import labels_app
+    from .options import CommandFailed, app
+    from .render import configure_consoles, console, error_console, error_line, fail
+    from .results import compare, export, report
+    from .run import run
 
 __all__ = ["app", "main"]
 
