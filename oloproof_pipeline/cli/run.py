@@ -81,7 +81,7 @@ def run(
     with stdout_to_stderr(enabled=as_json):
         with journal_progress(root, system.version, enabled=not (verbose or as_json)), instance_writes(project):
             evaluation = run_evaluation(
-                project, fresh=fresh, ungated=ungated, log_level="INFO" if verbose else "CRITICAL", system=system,
+                evaluated, fresh=fresh, ungated=ungated, log_level="INFO" if verbose else "CRITICAL", system=system,
                 settings=settings,
             )
     summary = run_summary(root, evaluation, first_of_version=first_of_version)
