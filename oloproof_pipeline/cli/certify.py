@@ -19,6 +19,7 @@ from ..store.stamps import unchanged_since, write_run_stamp
 from .launching import failed_launch_exit_code, instance_writes
 from .options import PROJECT_OPTION, CommandFailed
 from .render import Folded, compact_table, console, say
+from .startup import imported_aside
 
 # The stamp of the last complete certification sits beside the versions' run stamps under this
 # name: the partition the certification's own records carry (run/certification.py).
@@ -48,8 +49,9 @@ def certify(
     from ..run.supervisor import start_fork_server  # the system layer (httpx): only once the files are good
 
     start_fork_server()
-    from ..defs.launch import run_certification  # Dagster, imported while the fork server starts
-    from .run import dagster_dev_command  # Dagster, as above
+    with imported_aside():
+        from ..defs.launch import run_certification  # Dagster, imported while the fork server starts
+        from .run import dagster_dev_command  # Dagster, as above
 
     with instance_writes(project):
         certification = run_certification(project, log_level="INFO" if verbose else "CRITICAL")

@@ -23,6 +23,7 @@ from .gate import exit_with_document, gate_json, show_flagged_buckets, show_gate
 from .launching import failed_launch_exit_code, instance_writes, journal_progress, stdout_to_stderr
 from .options import JSON_OPTION, PROJECT_OPTION, RUN_VERSION_OPTION, SET_OPTION, CommandFailed, run_settings
 from .render import print_json, say, say_lines
+from .startup import imported_aside
 
 if TYPE_CHECKING:  # Dagster is imported only once a launch is certain
     from ..defs.launch import EvaluationRun
@@ -65,20 +66,22 @@ def run(
     declared = evaluated.config.system.version
     if shown_unchanged(declared):
         return
-    from ..run.supervisor import start_fork_server  # the system layer (httpx): only a launch needs it
-    from ..run.system import resolve_system  # the system layer, as above
+    with imported_aside():
+        from ..run.supervisor import start_fork_server  # the system layer (httpx): only a launch needs it
+        from ..run.system import resolve_system  # the system layer, as above
 
     start_fork_server()  # the system's worker processes get ready while Dagster is imported
     system = resolve_system(evaluated)  # imports the system only when no version is declared
     if declared is None and shown_unchanged(system.version):
         return
     first_of_version = system.version not in stored_partitions(root, "recorded_runs")
-    from ..defs.launch import run_evaluation  # Dagster: only now that a run is launched
+    with imported_aside():
+        from ..defs.launch import run_evaluation  # Dagster: only now that a run is launched
 
     with stdout_to_stderr(enabled=as_json):
         with journal_progress(root, system.version, enabled=not (verbose or as_json)), instance_writes(project):
             evaluation = run_evaluation(
-                project, fresh=fresh, ungated=ungated, log_level="INFO" if verbose else "CRITICAL", system=system,
+                evaluated, fresh=fresh, ungated=ungated, log_level="INFO" if verbose else "CRITICAL", system=system,
                 settings=settings,
             )
     summary = run_summary(root, evaluation, first_of_version=first_of_version)

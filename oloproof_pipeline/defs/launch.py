@@ -74,7 +74,7 @@ def ensure_version_partition(instance: DagsterInstance, partitions_name: str, ve
 
 
 def run_evaluation(
-    project_root: Path | str,
+    project_root: Path | str | Project,
     *,
     fresh: bool = False,
     ungated: bool = False,
@@ -90,9 +90,10 @@ def run_evaluation(
     one-line error it is, before any run starts (the metamorphic copies and their labels too).
     Without a release policy the run must be `ungated`, so a missing release.yaml never reads as ALLOW.
     The system is resolved once here (unless the caller did: `system`) and filed on the run
-    (`SYSTEM_TAG`), so no stage asks it again; its version is the run's partition.
+    (`SYSTEM_TAG`), so no stage asks it again; its version is the run's partition. A caller
+    that has just loaded the project (with `settings`) passes it, so it is not loaded again.
     """
-    project = load_project(project_root, settings)
+    project = project_root if isinstance(project_root, Project) else load_project(project_root, settings)
     check_release_policy(project, ungated=ungated)
     launched = validated_cases(project)
     if system is None:

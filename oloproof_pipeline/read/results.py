@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -259,14 +258,14 @@ def compared_paths(verdict: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def outcome_counts(verdicts: pd.DataFrame) -> dict[str, dict[str, int]]:
-    """criterion -> {PASS, FAIL, MISSING, EXCLUDED} counts, for metadata and reports."""
-    counts: dict[str, dict[str, int]] = {}
-    for criterion, outcome in zip(null_to_none(verdicts["criterion"]), null_to_none(verdicts["outcome"])):
-        counts.setdefault(criterion, Counter())[outcome] += 1
-    return {
-        criterion: {outcome: int(tally.get(outcome, 0)) for outcome in OUTCOMES}
-        for criterion, tally in counts.items()
-    }
+    """criterion -> {PASS, FAIL, MISSING, EXCLUDED} counts, for metadata and reports, the
+    criteria in the order they first appear (counted by pandas, not row by row in Python: a
+    run's metadata and summary count every verdict of the version)."""
+    sizes = verdicts[["criterion", "outcome"]].groupby(["criterion", "outcome"], sort=False, dropna=False).size()
+    counts: dict[str | None, dict[str, int]] = {}
+    for (criterion, outcome), size in sizes.items():
+        counts.setdefault(None if pd.isna(criterion) else criterion, {})[outcome] = int(size)
+    return {criterion: {outcome: tally.get(outcome, 0) for outcome in OUTCOMES} for criterion, tally in counts.items()}
 
 
 def replay_rows(fault_replays: pd.DataFrame | None) -> list[dict[str, Any]]:
