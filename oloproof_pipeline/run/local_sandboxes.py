@@ -131,11 +131,15 @@ def answered(sandboxes: list[LocalSandbox]) -> Iterator[tuple[LocalSandbox, Any]
     busy = [sandbox for sandbox in sandboxes if sandbox.busy]
     ready = [sandbox for sandbox in busy if sandbox.sandbox.answer_held]
     if not ready:
+        timeout_s = max(0.0, min(sandbox.sandbox.deadline for sandbox in busy) - time.monotonic())
+        waiting = select.poll()  # poll, not select: a channel's descriptor may be past select's 1,024
+        for sandbox in busy:
+            waiting.register(sandbox.sandbox.channel, select.POLLIN)
+        readable = {descriptor for descriptor, _ in waiting.poll(timeout_s * 1000)}
         now = time.monotonic()
-        timeout_s = max(0.0, min(sandbox.sandbox.deadline for sandbox in busy) - now)
-        readable, _, _ = select.select([sandbox.sandbox.channel for sandbox in busy], [], [], timeout_s)
-        now = time.monotonic()
-        ready = [sandbox for sandbox in busy if sandbox.sandbox.channel in readable or sandbox.sandbox.deadline <= now]
+        ready = [
+            sandbox for sandbox in busy if sandbox.sandbox.channel.fileno() in readable or sandbox.sandbox.deadline <= now
+        ]
     for sandbox in ready:
         result = sandbox.advance()
         if result is not _IDLE:
