@@ -167,7 +167,8 @@ class Growth:
     """How many local sandboxes pay, from what the driver measures over a window of results
     (from the newest sandboxes' first result on, so a sandbox's start-up is never counted,
     and of at least WINDOW_PER_SANDBOX results per sandbox, twice as many unless the
-    system's share of each case is clearly over CLEAR_SHARE). More pay when:
+    system's share of each case is clearly over CLEAR_SHARE, and always twice as many where
+    it judges the sandboxes added last). More pay when:
 
     - the driver waited for results longer than it worked on them (journalling, judging
       rows, reading the next items): the sandboxes set the pace, not the driver;
@@ -220,7 +221,8 @@ class Growth:
         window_s = max(now - self._opened_at, 1e-9)
         sandbox_s = sandboxes * window_s / self._results  # a sandbox's time per case
         system_share = statistics.median(self._system_s) / sandbox_s
-        if self._results < 2 * WINDOW_PER_SANDBOX * sandboxes and system_share <= CLEAR_SHARE:
+        clear = system_share > CLEAR_SHARE and self._before is None  # whether the last ones paid is never rushed
+        if self._results < 2 * WINDOW_PER_SANDBOX * sandboxes and not clear:
             return sandboxes
         rate = self._results / window_s
         if self._before is not None:
