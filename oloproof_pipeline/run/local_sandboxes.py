@@ -157,6 +157,10 @@ CLEAR_SHARE = 0.9
 # or more of each case, and the driver, which does its share of it for every sandbox in
 # turn, soon sets the pace whatever is added.
 SYSTEM_SHARE = 2 / 3
+# Sandboxes are added up to as many as would keep the driver busy this share of the time (by
+# the window's pace per sandbox), not all of it: each costs a worker's start and its memory,
+# and the driver's time per case grows with the sandboxes it waits on.
+DRIVER_BUSY = 0.75
 # A sandbox added to k must add at least this share of what one of the k brought (the results
 # per second over k); else none is added again. Cases that slow each other down (a CPU-bound
 # system on a busy machine) add less; so does a driver near its own pace.
@@ -176,8 +180,8 @@ class Growth:
       more than SYSTEM_SHARE of a sandbox's time per case: a fast system's sandbox is busy
       with the pipeline's per-case handling, which more sandboxes would only contend for.
 
-    Then as many are added as the driver's time per case says it can keep busy (a
-    sandbox's time per case over the driver's), at least one and at most as many again:
+    Then as many are added as would keep the driver busy DRIVER_BUSY of the time at the
+    window's pace per sandbox, at least one and at most as many again:
     a system that plainly waits reaches its number in a few windows. Those last added must
     raise the results per second by at least PAID_SHARE of a sandbox's share before them
     each (a CPU-bound system on a busy machine does not): once they did not, none is added
@@ -233,7 +237,7 @@ class Growth:
             self._before = None
         driver_s = window_s - self._waited_s
         if self._waited_s > driver_s and system_share > SYSTEM_SHARE:
-            kept_busy = int(sandbox_s / max(driver_s / self._results, 1e-9))
+            kept_busy = int(DRIVER_BUSY * sandboxes * window_s / max(driver_s, 1e-9))
             self._before = (rate, sandboxes)
             self._restart(None)  # opened again by the newest sandbox's first result
             return min(self.most, 2 * sandboxes, max(sandboxes + 1, kept_busy))
