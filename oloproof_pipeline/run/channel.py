@@ -67,6 +67,11 @@ class EncodedTask:
     number: int | None = None
 
 
+def record_task(case: CaseRecord | StoredCase) -> "RecordTask | EncodedTask":
+    """The task recording `case`: a stored case travels as the text it is stored as."""
+    return EncodedTask("record", case) if isinstance(case, StoredCase) else RecordTask(case=case)
+
+
 Task = Annotated[RecordTask | ReplayTask, Field(discriminator="op")]
 TASKS: TypeAdapter[Task] = TypeAdapter(Task)
 

@@ -3,11 +3,14 @@
 Each local sandbox is a supervised worker process of its own (run/supervisor.py, forked from
 the one fork server) holding a system instance of its own, so no state crosses cases, and a
 case that crashes or hangs its sandbox costs that case only (a fresh worker takes that
-sandbox's next one). A thread per sandbox feeds it; the driver (the stage's loop, which
-journals) hands each sandbox one item at a time from one queue, and hands it the next only
-once the last one's result came back and was journalled: a run killed at any point has lost
-at most the items in flight, one per sandbox. Results are yielded as they come back, in any
-order (the stages file each by its case, as they do Dask's).
+sandbox's next one). The driver (the stage's loop, which journals) runs them all from its
+own thread: it sends an item's tasks to an idle sandbox, waits on every busy sandbox's
+channel at once, and reads an answer where one came (or ends the task whose deadline
+passed). It hands a sandbox its next item only once the last one's result was yielded and
+journalled: a run killed at any point has lost at most the items in flight, one per
+sandbox. Results are yielded as they come back, in any order (the stages file each by its
+case, as they do Dask's). No thread per sandbox: a case costs no hand-over between threads,
+and nothing else contends for the interpreter while the driver journals.
 
 A stage starts with one sandbox and adds one only when that pays (`Growth`), up to the
 project's `concurrency.system` and never more than there are items to hand out: a fast or
@@ -17,13 +20,14 @@ gets as many as keep the driver busy.
 
 from __future__ import annotations
 
-import queue
+import select
 import statistics
-import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
+from .channel import AnyTask, SystemFacts
 from .spec import SandboxSettings
 from .supervisor import SupervisedSandbox
 
@@ -32,51 +36,49 @@ from .supervisor import SupervisedSandbox
 class SandboxTask:
     """What a sandbox does with one item of a stage's work (`one`), and, where it can, with
     a stream of them on one sandbox (`each`: one worker for the stream, each item sent
-    once the one before is journalled). Both plain functions, so a Dask worker can be sent them."""
+    once the one before is journalled). Both plain functions, so a Dask worker can be sent them.
+
+    Local sandboxes run an item as its `tasks` (sent together, the worker running them in
+    turn), then make its result from their answers (`result`, given the sandbox and each
+    (task, answer)); `check` sees what each new worker's system says about itself before it
+    gets a task (and refuses it by raising a ProjectError)."""
 
     one: Callable[[SupervisedSandbox, Any], Any]
     each: Callable[[SupervisedSandbox, Iterable[Any]], Iterator[tuple[Any, Any]]] | None = None
+    tasks: Callable[[Any], list[AnyTask]] | None = None
+    result: Callable[[SupervisedSandbox, Any, list[tuple[AnyTask, Any]]], Any] | None = None
+    check: Callable[[SystemFacts], None] | None = None
 
 
-# Ends a local sandbox's stream of items.
-_STOP = object()
+# No item in hand.
+_IDLE = object()
 
 
 class LocalSandbox:
-    """One sandbox and the thread that feeds it the items the driver hands it, one at a time."""
+    """One sandbox and the item it was handed, if any."""
 
-    def __init__(self, settings: SandboxSettings, task: SandboxTask, results: "queue.SimpleQueue[Any]"):
+    def __init__(self, settings: SandboxSettings, task: SandboxTask):
         self.sandbox = SupervisedSandbox(settings)
-        self.busy = False  # an item handed to it whose result the driver has not had yet
+        self.task = task
+        self.item: Any = _IDLE  # handed to it, its result not yielded yet
         self.served = 0  # results it gave back
-        self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        # A daemon: a sandbox left busy when the run stops early ends its case (within the
-        # case's deadline), then its worker, without holding up the process's exit.
-        self._thread = threading.Thread(target=self._serve, args=(task, results), name="local-sandbox", daemon=True)
-        self._thread.start()
+
+    @property
+    def busy(self) -> bool:
+        return self.item is not _IDLE
 
     def hand(self, item: Any) -> None:
-        self.busy = True
-        self._inbox.put(item)
+        assert self.task.tasks is not None
+        self.item = item
+        self.sandbox.begin(self.task.tasks(item), self.task.check)
 
-    def _serve(self, task: SandboxTask, results: "queue.SimpleQueue[Any]") -> None:
-        items = iter(self._inbox.get, _STOP)
-        try:
-            if task.each is not None:
-                for item, result in task.each(self.sandbox, items):
-                    results.put((self, item, result, None))
-            else:
-                for item in items:
-                    results.put((self, item, task.one(self.sandbox, item), None))
-        except BaseException as error:  # the system cannot be built, or our own code failed: the driver raises it
-            results.put((self, None, None, error))
-        finally:
-            self.sandbox.close()
-
-    def stop(self, *, wait: bool) -> None:
-        self._inbox.put(_STOP)
-        if wait:
-            self._thread.join()
+    def advance(self) -> Any:
+        """Read what its worker said; the item's result once it is done, else _IDLE."""
+        answers = self.sandbox.advance()
+        if answers is None:
+            return _IDLE
+        assert self.task.result is not None
+        return self.task.result(self.sandbox, self.item, answers)
 
 
 def on_local_sandboxes(settings: SandboxSettings, items: Iterable[Any], task: SandboxTask) -> Iterator[tuple[Any, Any]]:
@@ -86,47 +88,79 @@ def on_local_sandboxes(settings: SandboxSettings, items: Iterable[Any], task: Sa
     (a ProjectError), or a failure of the pipeline's own code, stops the whole run, as it does
     on one sandbox."""
     waiting = iter(items)
-    results: queue.SimpleQueue[Any] = queue.SimpleQueue()
     sandboxes: list[LocalSandbox] = []
+    done: deque[tuple[LocalSandbox, Any]] = deque()  # results in hand, not yielded yet
     growth = Growth(settings.local_sandboxes)
+    wanted = 1
     exhausted = False
     try:
         while True:
             while not exhausted:
                 idle = next((sandbox for sandbox in sandboxes if not sandbox.busy), None)
-                if idle is None and sandboxes and not growth.pays(len(sandboxes), time.monotonic()):
-                    break
-                item = next(waiting, _STOP)
-                if item is _STOP:
+                if idle is None and sandboxes and len(sandboxes) >= wanted:
+                    wanted = growth.wanted(len(sandboxes), time.monotonic())
+                    if len(sandboxes) >= wanted:
+                        break
+                item = next(waiting, _IDLE)
+                if item is _IDLE:
                     exhausted = True
                     break
-                if idle is None:  # the first sandbox, or one more that pays: started with an item in hand
-                    idle = LocalSandbox(settings, task, results)
+                if idle is None:  # the first sandbox, or more that pay: each started with an item in hand
+                    idle = LocalSandbox(settings, task)
                     sandboxes.append(idle)
                 idle.hand(item)
-            if not any(sandbox.busy for sandbox in sandboxes):
+            if not done and not any(sandbox.busy for sandbox in sandboxes):
                 return
             asked = time.monotonic()
-            sandbox, item, result, error = results.get()
-            if error is not None:
-                raise error
-            sandbox.busy = False
+            while not done:
+                done.extend(answered(sandboxes))
+            sandbox, result = done.popleft()
+            item, sandbox.item = sandbox.item, _IDLE
             sandbox.served += 1
             now = time.monotonic()
             growth.observe(result, now, waited_s=now - asked, newest=sandbox is sandboxes[-1] and sandbox.served == 1)
             yield item, result
     finally:
         for sandbox in sandboxes:
-            sandbox.stop(wait=not sandbox.busy)
+            sandbox.sandbox.close()  # one still busy ends its case with its worker: never journalled, so run again
 
 
-# Results per sandbox a measurement window holds before it decides anything.
+def answered(sandboxes: list[LocalSandbox]) -> Iterator[tuple[LocalSandbox, Any]]:
+    """Wait until a busy sandbox has something to read (or a deadline passes), read it, and
+    give each item that is done with its result."""
+    busy = [sandbox for sandbox in sandboxes if sandbox.busy]
+    ready = [sandbox for sandbox in busy if sandbox.sandbox.answer_held]
+    if not ready:
+        timeout_s = max(0.0, min(sandbox.sandbox.deadline for sandbox in busy) - time.monotonic())
+        waiting = select.poll()  # poll, not select: a channel's descriptor may be past select's 1,024
+        for sandbox in busy:
+            waiting.register(sandbox.sandbox.channel, select.POLLIN)
+        readable = {descriptor for descriptor, _ in waiting.poll(timeout_s * 1000)}
+        now = time.monotonic()
+        ready = [
+            sandbox for sandbox in busy if sandbox.sandbox.channel.fileno() in readable or sandbox.sandbox.deadline <= now
+        ]
+    for sandbox in ready:
+        result = sandbox.advance()
+        if result is not _IDLE:
+            yield sandbox, result
+
+
+# Results per sandbox a measurement window holds before it decides anything; twice as many
+# unless the system's share of each case is already clearly over CLEAR_SHARE (a window of a
+# few milliseconds on a fast system is mostly noise; one of a system that plainly waits is not).
 WINDOW_PER_SANDBOX = 4
+CLEAR_SHARE = 0.9
 # A case's system time (the median's, so one case stalled by a busy machine does not count)
 # must be more than this share of a sandbox's time per case for another sandbox to pay:
-# below it, what keeps a sandbox busy is the pipeline's per-case handling (sending, reading
-# back, recording), which another sandbox does not overlap.
-SYSTEM_SHARE = 0.5
+# below it, the pipeline's per-case handling (sending, reading back, journalling) is a third
+# or more of each case, and the driver, which does its share of it for every sandbox in
+# turn, soon sets the pace whatever is added.
+SYSTEM_SHARE = 2 / 3
+# Sandboxes are added up to as many as would keep the driver busy this share of the time (by
+# the window's pace per sandbox), not all of it: each costs a worker's start and its memory,
+# and the driver's time per case grows with the sandboxes it waits on.
+DRIVER_BUSY = 0.75
 # A sandbox added to k must add at least this share of what one of the k brought (the results
 # per second over k); else none is added again. Cases that slow each other down (a CPU-bound
 # system on a busy machine) add less; so does a driver near its own pace.
@@ -134,26 +168,30 @@ PAID_SHARE = 0.5
 
 
 class Growth:
-    """When one more local sandbox pays, from what the driver measures over a window of
-    results (from the newest sandbox's first result on, so a sandbox's start-up is never
-    counted, and of at least WINDOW_PER_SANDBOX results per sandbox):
+    """How many local sandboxes pay, from what the driver measures over a window of results
+    (from the newest sandboxes' first result on, so a sandbox's start-up is never counted,
+    and of at least WINDOW_PER_SANDBOX results per sandbox, twice as many unless the
+    system's share of each case is clearly over CLEAR_SHARE, and always twice as many where
+    it judges the sandboxes added last). More pay when:
 
     - the driver waited for results longer than it worked on them (journalling, judging
       rows, reading the next items): the sandboxes set the pace, not the driver;
     - a case's system time (`duration_s`, measured in the worker; the window's median) is
       more than SYSTEM_SHARE of a sandbox's time per case: a fast system's sandbox is busy
-      with the pipeline's per-case handling, which more sandboxes would only contend for;
-    - the last sandbox added raised the results per second by at least PAID_SHARE of a
-      sandbox's share before it (a CPU-bound system on a busy machine does not): once one
-      did not, none is added again.
+      with the pipeline's per-case handling, which more sandboxes would only contend for.
 
-    Never more than `most` sandboxes. A window that decides against growing starts again,
-    so the rule follows a system whose pace changes."""
+    Then as many are added as would keep the driver busy DRIVER_BUSY of the time at the
+    window's pace per sandbox, at least one and at most as many again:
+    a system that plainly waits reaches its number in a few windows. Those last added must
+    raise the results per second by at least PAID_SHARE of a sandbox's share before them
+    each (a CPU-bound system on a busy machine does not): once they did not, none is added
+    again. Never more than `most` sandboxes. A window that decides against growing starts
+    again, so the rule follows a system whose pace changes."""
 
     def __init__(self, most: int):
         self.most = most
-        self.settled = False  # an added sandbox did not pay
-        # Results per second, and sandboxes, before the last sandbox was added.
+        self.settled = False  # sandboxes added did not pay
+        # Results per second, and sandboxes, before the last ones were added.
         self._before: tuple[float, int] | None = None
         self._opened_at: float | None = None
         self._restart(None)
@@ -178,25 +216,30 @@ class Growth:
         # case (an exception) carries none.
         self._system_s.append(float(getattr(result, "duration_s", 0.0) or 0.0))
 
-    def pays(self, sandboxes: int, now: float) -> bool:
+    def wanted(self, sandboxes: int, now: float) -> int:
+        """How many sandboxes to run now that `sandboxes` run."""
         if self.settled or sandboxes >= self.most or self._opened_at is None:
-            return False
+            return sandboxes
         if self._results < WINDOW_PER_SANDBOX * sandboxes:
-            return False
+            return sandboxes
         window_s = max(now - self._opened_at, 1e-9)
+        sandbox_s = sandboxes * window_s / self._results  # a sandbox's time per case
+        system_share = statistics.median(self._system_s) / sandbox_s
+        clear = system_share > CLEAR_SHARE and self._before is None  # whether the last ones paid is never rushed
+        if self._results < 2 * WINDOW_PER_SANDBOX * sandboxes and not clear:
+            return sandboxes
         rate = self._results / window_s
         if self._before is not None:
             rate_before, fewer = self._before
-            if rate - rate_before < PAID_SHARE * rate_before / fewer:
+            if rate - rate_before < PAID_SHARE * (sandboxes - fewer) * rate_before / fewer:
                 self.settled = True
-                return False
+                return sandboxes
             self._before = None
         driver_s = window_s - self._waited_s
-        sandbox_s = sandboxes * window_s / self._results  # a sandbox's time per case
-        grows = self._waited_s > driver_s and statistics.median(self._system_s) > SYSTEM_SHARE * sandbox_s
-        if grows:
+        if self._waited_s > driver_s and system_share > SYSTEM_SHARE:
+            kept_busy = int(DRIVER_BUSY * sandboxes * window_s / max(driver_s, 1e-9))
             self._before = (rate, sandboxes)
-            self._restart(None)  # opened again by the new sandbox's first result
-        else:
-            self._restart(now)
-        return grows
+            self._restart(None)  # opened again by the newest sandbox's first result
+            return min(self.most, 2 * sandboxes, max(sandboxes + 1, kept_busy))
+        self._restart(now)
+        return sandboxes

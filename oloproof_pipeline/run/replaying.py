@@ -46,8 +46,8 @@ from .reuse import KnownWork, WorkCounts
 from .sandboxes import Sandboxes, SandboxTask
 from .stage import Left, StoredWork, run_stage
 from .recording import stored_cases
-from .channel import EncodedTask, StoredCase
-from .supervisor import SupervisedSandbox
+from .channel import EncodedTask, StoredCase, SystemFacts
+from .supervisor import SupervisedSandbox, replay_result
 from .system import ResolvedSystem, cases_at_once
 
 TABLE = "fault_replays"
@@ -128,10 +128,18 @@ class ReplayWork:
     decided_at: list[int] = field(default_factory=list)
     pending: list[LeftToReplay] = field(default_factory=list)
     summary: ReplaySummary = field(default_factory=ReplaySummary)
+    # Per candidate, its judging digest: looked up per row decided (a DataFrame's `.at` costs
+    # a fifth of a millisecond, the driver's time on every replay).
+    _digests: dict[int, str] | None = field(default=None, repr=False)
+
+    def _judging_digests(self) -> dict[int, str]:
+        if self._digests is None:
+            self._digests = dict(zip(self.candidates.index, self.candidates["judging_digest"]))
+        return self._digests
 
     def decide(self, position: int, replay: FaultReplay) -> dict[str, Any]:
         """The candidate's row, decided now (also what its journal line is)."""
-        row = {**replay.model_dump(mode="json"), "judging_digest": self.candidates.at[position, "judging_digest"]}
+        row = {**replay.model_dump(mode="json"), "judging_digest": self._judging_digests()[position]}
         self.decided.add(row)
         self.decided_at.append(position)
         return row
@@ -338,11 +346,24 @@ def replay_one(
     """The control replay, then the faulted one, stored whole and judged. With `refusal`,
     the launch did not know whether the system can be replayed: its worker says, and one
     that cannot be is refused before anything is replayed."""
-    if refusal is not None and not runner.facts().replayable:
-        raise ProjectError(refusal)
+    refuse_unreplayable(runner.facts(), refusal)
     # Sent together: the worker starts the faulted replay as the control one ends.
     control, faulted = runner.replay_each(replay_tasks(item), together=True)
     return fault_replay(item, control, faulted, version, run_id)
+
+
+def refuse_unreplayable(facts: SystemFacts, refusal: list[str] | None) -> None:
+    """With `refusal` (the launch did not know), a system its worker says cannot be replayed is refused."""
+    if refusal is not None and not facts.replayable:
+        raise ProjectError(refusal)
+
+
+def replayed(
+    runner: SupervisedSandbox, item: PendingReplay, answers: list[tuple[EncodedTask, Any]], version: str, run_id: str
+) -> FaultReplay:
+    """`replay_one`'s result from its two tasks' answers (run/local_sandboxes.py sends and reads them)."""
+    (_, control), (_, faulted) = answers
+    return fault_replay(item, replay_result(control), replay_result(faulted), version, run_id)
 
 
 def replay_side_by_side(
@@ -350,8 +371,7 @@ def replay_side_by_side(
 ) -> Iterator[tuple[PendingReplay, FaultReplay]]:
     """`replay_one` for a stream of items on a sandbox that runs cases side by side (a chat
     agent's `concurrency.system`): every control and faulted replay is one task among them."""
-    if refusal is not None and not runner.facts().replayable:
-        raise ProjectError(refusal)
+    refuse_unreplayable(runner.facts(), refusal)
     asked, answered = tee(items)
     results = runner.replay_each(task for item in asked for task in replay_tasks(item))
     for item in answered:
@@ -359,14 +379,14 @@ def replay_side_by_side(
         yield item, fault_replay(item, control, faulted, version, run_id)
 
 
-def replay_tasks(item: PendingReplay) -> tuple[EncodedTask, EncodedTask]:
+def replay_tasks(item: PendingReplay) -> list[EncodedTask]:
     """The control replay and the faulted one, the case and trajectory sent as stored."""
     change = item.plan.change_at(item.recording.trajectory, item.call_index)
     members = (("trajectory", item.recording.trajectory_text), ("checkpoint", item.checkpoint.model_dump_json()))
-    return (
+    return [
         EncodedTask("replay", item.case, (*members, ("change", "null"))),
         EncodedTask("replay", item.case, (*members, ("change", change.model_dump_json()))),
-    )
+    ]
 
 
 def fault_replay(item: PendingReplay, control: ReplayResult, faulted: ReplayResult, version: str, run_id: str) -> FaultReplay:
@@ -425,7 +445,12 @@ class ReplayStage:
         # Side by side only where cases run so (a chat agent); elsewhere one replay at a time, as ever.
         each = partial(replay_side_by_side, **settings) if cases_at_once(self.project) > 1 else None
         items = pending_replays(self.cases, self.runs, work.pending)
-        return Left(items, SandboxTask(one=partial(replay_one, **settings), each=each))
+        task = SandboxTask(
+            one=partial(replay_one, **settings), each=each, tasks=replay_tasks,
+            result=partial(replayed, version=self.version, run_id=self.run_id),
+            check=partial(refuse_unreplayable, refusal=settings["refusal"]),
+        )
+        return Left(items, task)
 
     def finished(self, work: ReplayWork, item: PendingReplay, result: Any) -> dict[str, Any]:
         replay = worker_failed(item, result, self.version, self.run_id) if isinstance(result, Exception) else result

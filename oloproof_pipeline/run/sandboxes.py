@@ -33,6 +33,7 @@ from ..model.records import RecordedRun
 from .budget import BudgetExhausted
 from .local_sandboxes import SandboxTask, on_local_sandboxes
 from .spec import SandboxSettings
+from .channel import AnyTask, record_task
 from .supervisor import SupervisedSandbox, start_fork_server
 
 
@@ -272,7 +273,16 @@ def record_cases_in_turn(sandbox: SupervisedSandbox, items: Iterable[Tagged]) ->
         yield next(answered), run
 
 
-RECORD = SandboxTask(one=record_case, each=record_cases_in_turn)
+def record_tasks(item: Tagged) -> list[AnyTask]:
+    return [record_task(item[1])]
+
+
+def recorded(sandbox: SupervisedSandbox, item: Tagged, answers: list[tuple[AnyTask, Any]]) -> RecordedRun:
+    [(task, answer)] = answers
+    return sandbox.recording(task, answer)
+
+
+RECORD = SandboxTask(one=record_case, each=record_cases_in_turn, tasks=record_tasks, result=recorded)
 
 
 def lost_recording(case: CaseRecord, result: RecordedRun | Exception, version: str) -> RecordedRun:

@@ -31,7 +31,7 @@ import time
 import weakref
 from collections import deque
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from pydantic import ValidationError
 
@@ -40,7 +40,7 @@ from ..model.config import PROJECT_FILE
 from ..model.errors import PipelineError, ProjectError
 from ..model.records import RecordedRun, ReplayResult
 from ..model.trajectory import Checkpoint, ToolChange, Trajectory
-from .channel import AnyTask, EncodedTask, RecordTask, ReplayTask, StoredCase, SystemFacts, WorkerMessage, numbered, task_line
+from .channel import AnyTask, EncodedTask, ReplayTask, StoredCase, SystemFacts, WorkerMessage, numbered, record_task, task_line
 from .spec import SandboxSettings, SystemSpec
 
 # After a case's deadline the worker interrupts the case itself and reports what it did so
@@ -205,31 +205,48 @@ def _end_worker(pid: int, channel: socket.socket) -> None:
 class WorkerProcess:
     """One worker process holding one built system, spoken to in JSON lines.
 
-    Starting it waits until the system is imported and built: a system that cannot be is a
-    ProjectError of one line per problem, however it failed (an exception, SystemExit,
-    os._exit, a signal, a hang)."""
+    Starting it waits until the system is imported and built (`await_ready`; unless told
+    not to, at once): a system that cannot be is a ProjectError of one line per problem,
+    however it failed (an exception, SystemExit, os._exit, a signal, a hang). Its `facts`
+    are None until then."""
 
-    def __init__(self, settings: SandboxSettings):
+    def __init__(self, settings: SandboxSettings, *, wait: bool = True):
         self.spec = settings.spec
         self.pid, self._channel = fork_worker(settings.as_json())
         self._finalizer = weakref.finalize(self, _end_worker, self.pid, self._channel)
         self._selector = selectors.DefaultSelector()
         self._selector.register(self._channel, selectors.EVENT_READ)
         self._buffer = bytearray()
-        self.facts = self._await_ready(max(settings.timeout_s, START_MINIMUM_S))
+        self.start_timeout_s = max(settings.timeout_s, START_MINIMUM_S)
+        self.ready_by = time.monotonic() + self.start_timeout_s
+        self.facts: SystemFacts | None = None
+        if wait:
+            self.await_ready()
 
-    def _await_ready(self, timeout_s: float) -> SystemFacts:
+    def await_ready(self) -> SystemFacts:
         where = f"{Path(self.spec.project_root) / PROJECT_FILE}: system.callable"
         try:
-            message = self.receive(time.monotonic() + timeout_s)
+            message = self.receive(self.ready_by)
         except WorkerLost as lost:
             doing = f"importing {self.spec.module_file} and building {self.spec.callable}"
+            timeout_s = self.start_timeout_s
             what = f"did not finish {doing} within {timeout_s:g} s" if lost.status == "timeout" else f"{lost.error} while {doing}"
             raise ProjectError(f"{where}: the system's process {what}") from None
         if message.ready is None:
             self.stop()
             raise ProjectError(message.failed or [f"{where}: the system's process said nothing it was asked"])
+        self.facts = message.ready
         return message.ready
+
+    @property
+    def channel(self) -> socket.socket:
+        """What to wait on for its next message."""
+        return self._channel
+
+    @property
+    def holds_line(self) -> bool:
+        """A whole message already read off the channel (the second of two sent together, say)."""
+        return b"\n" in self._buffer
 
     def send(self, line: bytes) -> None:
         """Queue a task (one JSON line) on the channel; a worker that has ended shows in the
@@ -303,6 +320,12 @@ class SupervisedSandbox:
         self._worker: WorkerProcess | None = None
         self._lock = threading.Lock()  # cases sharing one sandbox run one at a time
         self.workers_started = 0
+        # The item begun: its tasks not sent yet, those sent and not answered, the answers so far.
+        self._upcoming = _Upcoming(())
+        self._sent: deque[tuple[AnyTask, bytes]] = deque()
+        self._answers: list[tuple[AnyTask, Any]] = []
+        self._check: Callable[[SystemFacts], None] | None = None
+        self._started = 0.0
 
     def record(self, case: CaseRecord) -> RecordedRun:
         return list(self.record_each([case]))[0]
@@ -311,15 +334,17 @@ class SupervisedSandbox:
         """Each case's recording, in order; the next case is sent when the caller asks for
         it, so whatever the caller does with a recording (journal it) happens before the
         system starts the next case."""
-        tasks = (EncodedTask("record", case) if isinstance(case, StoredCase) else RecordTask(case=case) for case in cases)
-        for task, answer in self._run_tasks(tasks):
-            if isinstance(answer, WorkerLost):
-                yield RecordedRun(
-                    case_id=task.case.case_id, case_digest=task.case.case_digest, system_version=self.settings.version,
-                    status=answer.status, error=answer.error, duration_s=answer.duration_s,
-                )
-            else:
-                yield answer.recorded
+        for task, answer in self._run_tasks(record_task(case) for case in cases):
+            yield self.recording(task, answer)
+
+    def recording(self, task: AnyTask, answer: Any) -> RecordedRun:
+        """A record task's answer as its recording (a case its worker ended or overran on: that status)."""
+        if isinstance(answer, WorkerLost):
+            return RecordedRun(
+                case_id=task.case.case_id, case_digest=task.case.case_digest, system_version=self.settings.version,
+                status=answer.status, error=answer.error, duration_s=answer.duration_s,
+            )
+        return answer.recorded
 
     def replay(
         self, case: CaseRecord, trajectory: Trajectory, checkpoint: Checkpoint, change: ToolChange | None
@@ -332,59 +357,113 @@ class SupervisedSandbox:
         tasks are one item's (a control and a faulted replay of one case), all sent at once,
         so the worker starts each as the one before ends instead of waiting on this process."""
         for _, answer in self._run_tasks(tasks, together=together):
-            if isinstance(answer, WorkerLost):
-                yield ReplayResult(status=answer.status, error=answer.error, duration_s=answer.duration_s)
-            else:
-                yield answer.replayed
+            yield replay_result(answer)
 
     def facts(self) -> SystemFacts:
         """What the system in this sandbox says about itself (its worker started if none is)."""
         with self._lock:
-            return self._ready_worker().facts
+            worker = self._ready_worker()
+            return worker.facts if worker.facts is not None else worker.await_ready()
 
     def _run_tasks(self, tasks: Iterable[AnyTask], *, together: bool = False) -> Iterator[tuple[Any, Any]]:
-        """(task, its WorkerMessage or a WorkerLost) for each task, in order. A task whose
-        worker ended or was stopped gets WorkerLost, and a fresh worker takes the next.
-
-        Tasks are sent one at a time, the next only once the caller asks for it, after it
-        journalled this answer: a run killed at any point has lost at most the case running.
-        `together` sends them all at once instead (the tasks of one item, journalled as one
-        row): the worker runs them in turn, each under its own deadline from when the one
-        before it answered; those a lost or retiring worker never started go to a fresh one."""
+        """(task, its WorkerMessage or a WorkerLost) for each task, in order (`begin` and
+        `advance`, waiting on this sandbox alone). Tasks are sent one at a time, the next
+        only once the caller asks for it, after it journalled this answer: a run killed at
+        any point has lost at most the case running. `together` sends them all at once
+        instead (the tasks of one item, journalled as one row)."""
         with self._lock:
             if self.settings.cases_at_once > 1:
                 yield from self._run_side_by_side(tasks)
                 return
-            upcoming = _Upcoming(tasks)
-            sent: deque[tuple[AnyTask, bytes]] = deque()  # on the worker, not answered yet
-            try:
-                while True:
-                    if not sent:
-                        item = upcoming.take()
-                        if item is None:
-                            return
-                        worker = self._ready_worker()
-                        sent.append(item)
-                        while together and (item := upcoming.take()) is not None:
-                            sent.append(item)
-                        worker.send(b"".join(line for _, line in sent))
-                        started = time.monotonic()
-                    task, _ = sent.popleft()
-                    try:
-                        answer: Any = worker.receive(started + self.settings.timeout_s + KILL_GRACE_S)
-                    except WorkerLost as lost:
-                        answer = self._lost(lost, started)
-                    started = time.monotonic()  # the next task sent starts as this one ends
-                    if isinstance(answer, WorkerMessage) and answer.problem is not None:  # our code failed, not the system
-                        raise pipeline_failed(answer.problem)
-                    if isinstance(answer, WorkerLost) or answer.retire:  # ended, or interrupted mid-case: a fresh worker
-                        self._drop_worker()
-                        upcoming.put_back(list(sent))
-                        sent.clear()
-                    yield task, answer
-            finally:
-                if sent:  # never reuse a worker with answers still on their way (the caller stopped, say)
-                    self._drop_worker()
+            for item in [list(tasks)] if together else ([task] for task in tasks):
+                if not item:
+                    return
+                self.begin(item)
+                done = None
+                while done is None:
+                    done = self.advance()
+                yield from done
+
+    # -- an item's tasks, from a caller that may wait on many sandboxes at once (run/local_sandboxes.py)
+
+    def begin(self, tasks: list[AnyTask], check: Callable[[SystemFacts], None] | None = None) -> None:
+        """Send an item's tasks together: the worker runs them in turn, each under its own
+        deadline from when the one before it answered. A worker is started first if none is
+        ready (its start is awaited as an answer is); `check` sees each new worker's facts
+        before it gets a task (and may refuse the system by raising)."""
+        if self._sent or (self._worker is not None and not self._worker.idle):
+            # Answers still on their way (the caller stopped waiting), or it ended between
+            # cases (a thread of the system's, say): never trusted with the next case.
+            self._drop_worker()
+        self._upcoming = _Upcoming(())
+        self._upcoming.put_back([(task, task_line(task)) for task in tasks])
+        self._sent = deque()
+        self._answers: list[tuple[AnyTask, Any]] = []
+        self._check = check
+        self._send_or_start()
+
+    def _send_or_start(self) -> None:
+        if self._worker is None:
+            self._worker = WorkerProcess(self.settings, wait=False)
+            self.workers_started += 1
+            return  # the tasks go once it is ready
+        while (item := self._upcoming.take()) is not None:
+            self._sent.append(item)
+        self._worker.send(b"".join(line for _, line in self._sent))
+        self._started = time.monotonic()
+
+    @property
+    def channel(self) -> socket.socket:
+        """What the item begun waits on (its worker's channel)."""
+        assert self._worker is not None
+        return self._worker.channel
+
+    @property
+    def answer_held(self) -> bool:
+        """An answer already read off the channel, waiting for `advance` without a wait."""
+        return self._worker is not None and self._worker.holds_line
+
+    @property
+    def deadline(self) -> float:
+        """When the task running (or the worker starting) has overrun: `advance` then ends it."""
+        assert self._worker is not None
+        if self._worker.facts is None:
+            return self._worker.ready_by
+        return self._started + self.settings.timeout_s + KILL_GRACE_S
+
+    def advance(self) -> list[tuple[AnyTask, Any]] | None:
+        """Take the next thing said on the channel (waiting for it until `deadline`, past
+        which the task running is lost): each (task, its WorkerMessage or a WorkerLost) of
+        the item once every task has an answer, else None. A task whose worker ended or
+        was stopped gets WorkerLost, and those it never started go to a fresh worker. A
+        system that cannot be built raises its ProjectError, a failure of our own code its
+        PipelineError."""
+        worker = self._worker
+        assert worker is not None
+        if worker.facts is None:
+            facts = worker.await_ready()
+            if self._check is not None:
+                self._check(facts)
+            self._send_or_start()
+            return None
+        task, _ = self._sent.popleft()
+        try:
+            answer: Any = worker.receive(self.deadline)
+        except WorkerLost as lost:
+            answer = self._lost(lost, self._started)
+        self._started = time.monotonic()  # the next task sent starts as this one ends
+        if isinstance(answer, WorkerMessage) and answer.problem is not None:  # our code failed, not the system
+            self._drop_worker()
+            raise pipeline_failed(answer.problem)
+        self._answers.append((task, answer))
+        if isinstance(answer, WorkerLost) or answer.retire:  # ended, or interrupted mid-case: a fresh worker
+            self._upcoming.put_back(list(self._sent))
+            self._drop_worker()
+            if self._upcoming.waiting:
+                self._send_or_start()
+        if self._sent or self._upcoming.waiting:
+            return None
+        return self._answers
 
     def _run_side_by_side(self, tasks: Iterable[AnyTask]) -> Iterator[tuple[Any, Any]]:
         """`_run_tasks` with up to `cases_at_once` cases in flight on one worker (each in a
@@ -446,6 +525,7 @@ class SupervisedSandbox:
         return WorkerLost(lost.status, error, duration_s=round(time.monotonic() - started, 6))
 
     def _drop_worker(self) -> None:
+        self._sent.clear()
         if self._worker is not None:
             self._worker.stop()
             self._worker = None
@@ -477,6 +557,13 @@ class SupervisedSandbox:
         self.close()
 
 
+def replay_result(answer: Any) -> ReplayResult:
+    """A replay task's answer as its result (a replay its worker ended or overran on: that status)."""
+    if isinstance(answer, WorkerLost):
+        return ReplayResult(status=answer.status, error=answer.error, duration_s=answer.duration_s)
+    return answer.replayed
+
+
 class _Upcoming:
     """Tasks still to send, each with its JSON line; tasks a lost worker never started go
     back to the front."""
@@ -493,6 +580,11 @@ class _Upcoming:
 
     def put_back(self, items: list[tuple[AnyTask, bytes]]) -> None:
         self._returned.extendleft(reversed(items))
+
+    @property
+    def waiting(self) -> bool:
+        """Tasks put back, not sent again yet (an item's tasks are all taken at once)."""
+        return bool(self._returned)
 
 
 def probe_system(spec: SystemSpec, *, timeout_s: float) -> SystemFacts:
