@@ -34,12 +34,13 @@ from ..read import compare as comparison
 from ..read.results import load_results
 from ..read.version_report import write_version_report
 from ..run.certification import certify_cases, flagged_rows
-from ..run.recording import record_case_table
+from ..run.recording import record_case_rows
 from ..run.replaying import replay_fault_table
 from ..run.system import SYSTEM_TAG, ResolvedSystem
 from ..run.trials import record_trial_table
 from ..store import tables
 from ..store.reuse import previous_at, stored_tables
+from ..store.assembly import AssembledTable
 from ..store.stored import StoredTable
 from ..store.tables import rows_from_frame
 from .asset_metadata import (
@@ -159,18 +160,18 @@ def build_assets(
         config: RecordingConfig,
         evaluation_project: EvaluationProject,
         sandbox_cluster: SandboxCluster,
-    ) -> pd.DataFrame:
+    ) -> AssembledTable:
         loaded = evaluation_project.load()
         cases = stored_tables(loaded)["cases"]
         progress = ProgressLog(context.log, "recorded", len(cases), every=progress_step(len(cases)))
         run = {"version": context.partition_key, "run_id": context.run.run_id, "fresh": config.fresh,
                "on_recorded": progress.step, "system": system_of_run(context)}
         with sandbox_cluster.sandboxes(loaded.config.execution) as sandboxes:
-            frame, summary = record_case_table(loaded, cases, **run, sandboxes=sandboxes)
+            table, summary = record_case_rows(loaded, cases, **run, sandboxes=sandboxes)
             trial_frame, trial_summary = record_trial_table(loaded, cases, **run, sandboxes=sandboxes)
         context.log.info(f"recorded {summary.new} cases, reused {summary.reused}, {summary.failed} failed")
-        context.add_output_metadata(recording_metadata(loaded, frame, summary, trial_frame, trial_summary))
-        return frame
+        context.add_output_metadata(recording_metadata(loaded, table.whole, summary, trial_frame, trial_summary))
+        return table
 
     @asset(
         **conventions("fault_replays"),

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 import pandas as pd
@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from .journal import log
 from .layout import StoredTableError, _short_reason, table_path
-from .tables import from_json_text, required_columns, rows_from_frame
+from .tables import REPEATED_TEXT, from_json_text, required_columns, rows_from_frame
 
 Part = Path | pd.DataFrame
 
@@ -80,6 +80,15 @@ def taken_from(values: pa.Array | pa.ChunkedArray, positions: np.ndarray) -> lis
         for slot, value in zip(slots.tolist(), found):
             taken[slot] = value
     return taken
+
+
+class RowGroups:
+    """A stored table's row groups: where each starts, and each read when asked (only the
+    columns asked for that the file has)."""
+
+    def __init__(self, sizes: list[int], read: Callable[[int, list[str]], pa.Table]):
+        self.starts = np.cumsum([0] + sizes[:-1]).astype(np.int64)
+        self.read = read
 
 
 class StoredTable:
@@ -167,7 +176,8 @@ class StoredTable:
             read = {name: part[name].reset_index(drop=True) for name in present}
         elif present:
             try:
-                read = dict(pq.read_table(part.source(), columns=present).to_pandas().items())
+                repeated = [name for name in present if name in REPEATED_TEXT]
+                read = dict(pq.read_table(part.source(), columns=present, read_dictionary=repeated).to_pandas().items())
             except (OSError, ValueError, pa.ArrowException) as error:
                 raise StoredTableError(part.path, _short_reason(error)) from None
         else:
@@ -190,6 +200,27 @@ class StoredTable:
                     pd.concat(columns, ignore_index=True) if len(columns) > 1
                     else columns[0] if columns else pd.Series([], dtype=object)
                 )
+
+    def row_groups(self) -> RowGroups:
+        """The table's row groups, to read one at a time: a single stored file's own; a table
+        in memory or stacked is one group of the whole."""
+        shapes = self._part_shapes()
+        part = self._parts[0] if len(self._parts) == 1 else None
+        if not isinstance(part, PinnedFile):
+            return RowGroups([len(self)], lambda group, names: pa.Table.from_pandas(self.columns(*names), preserve_index=False))
+        try:
+            file = pq.ParquetFile(part.source())
+        except (OSError, ValueError, pa.ArrowException) as error:
+            raise StoredTableError(part.path, _short_reason(error)) from None
+        present = set(shapes[0][0])
+
+        def read(group: int, names: list[str]) -> pa.Table:
+            try:
+                return file.read_row_group(group, columns=[name for name in names if name in present])
+            except (OSError, ValueError, pa.ArrowException) as error:
+                raise StoredTableError(part.path, _short_reason(error)) from None
+
+        return RowGroups([file.metadata.row_group(index).num_rows for index in range(file.num_row_groups)], read)
 
     def forget(self) -> None:
         """Let go of the columns read so far (a stage done with the rows it decoded); a later

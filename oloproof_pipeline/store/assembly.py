@@ -1,0 +1,152 @@
+"""A large table assembled from reused stored rows and new ones, written a row group at a time.
+
+A stage that reuses most of its stored table (one case added to 10,000) would otherwise hold
+the stored table whole, then its reordered copy, then the Parquet writer's: three times the
+table. Here only the small columns (numbers, keys, statuses) are assembled whole, as pandas
+makes them; the large text columns (trajectories, states, outputs) are taken a row group at
+a time from the stored file's row groups and the new rows, and written as they come.
+
+The file written is the one `frame.to_parquet` of the whole table would write: the same rows
+in the same order, the same column types (pandas' round trip: an integer column with nulls is
+stored as floats) and the same pandas metadata; only its row groups differ, so a later stage
+reads a few of them at a time in turn."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .stored import StoredTable
+from .tables import BATCH_ROWS, arrow_columns, rows_in_order, with_values
+
+# Rows per row group of an assembled table (the streamed columns of one group held at a time).
+ROW_GROUP_ROWS = BATCH_ROWS
+LARGE_TEXT = pa.large_string()
+
+# A source of rows: a stored table (its file read a row group at a time) or rows in memory.
+Source = StoredTable | pa.Table | pd.DataFrame | None
+
+
+class AssembledTable:
+    """The table whose row at each slot is `parts[i]`'s row at a position, as `rows_in_order`
+    makes it, with the text columns not in `whole` left in their sources until written.
+    `whole` is those columns assembled (pandas, as the table's frame would hold them): what
+    a stage's metadata reads."""
+
+    def __init__(self, schema: pa.Schema, parts: list[tuple[Source, Any, Any]], whole: Sequence[str], *, column_values: dict[str, list] | None = None):
+        self.schema = schema
+        kept = [(source, np.asarray(positions, dtype=np.int64), np.asarray(slots, dtype=np.int64)) for source, positions, slots in parts]
+        self._parts = [
+            (arrow_columns(source, schema) if isinstance(source, pd.DataFrame) else source, positions, slots)
+            for source, positions, slots in kept if len(positions)
+        ]
+        self.num_rows = int(sum(len(positions) for _, positions, _ in self._parts))
+        self.streamed = [field.name for field in schema if field.name not in whole]
+        if any(not pa.types.is_string(schema.field(name).type) for name in self.streamed):
+            raise ValueError("only text columns are left in their sources")
+        frames = [(_whole_columns(source, [name for name in schema.names if name in whole]), positions, slots) for source, positions, slots in self._parts]
+        self.whole = rows_in_order(frames, pa.schema([field for field in schema if field.name in whole]))
+        for name, values in (column_values or {}).items():
+            self.whole = with_values(self.whole, name, values)
+
+    def __len__(self) -> int:
+        return self.num_rows
+
+    def written_schema(self) -> pa.Schema:
+        """The schema `to_parquet` gives the whole table's frame: the `whole` columns' as pandas
+        holds them, each streamed column as pandas holds text (whatever its values)."""
+        sample = self.whole.assign(**{name: pd.Series([None] * len(self.whole), dtype="str", index=self.whole.index) for name in self.streamed})
+        return pa.Schema.from_pandas(sample[self.schema.names], preserve_index=False)
+
+    def write_parquet(self, path: Path) -> None:
+        """Written a row group at a time (a file stored without row groups is read whole, once)."""
+        schema = self.written_schema()
+        whole = pa.Table.from_pandas(self.whole, schema=pa.schema([schema.field(name) for name in self.whole.columns]), preserve_index=False)
+        with pq.ParquetWriter(path, schema) as writer:
+            if not self.num_rows:
+                writer.write_table(schema.empty_table())
+            for start, streamed in self._streamed_groups():
+                rows = min(ROW_GROUP_ROWS, self.num_rows - start)
+                columns = {name: whole.column(name).slice(start, rows) for name in whole.column_names}
+                columns.update(zip(self.streamed, streamed))
+                writer.write_table(pa.table([columns[name] for name in schema.names], schema=schema))
+
+    def frame(self) -> pd.DataFrame:
+        """The whole table as the frame it is written from (for scripts and tests)."""
+        frame = self.whole.copy()
+        groups = [streamed for _, streamed in self._streamed_groups()]
+        for index, name in enumerate(self.streamed):
+            values = pa.chunked_array([group[index] for group in groups], LARGE_TEXT).to_pandas()
+            frame[name] = values.set_axis(frame.index) if len(values) else pd.Series([], dtype="str", index=frame.index)
+        return frame[self.schema.names]
+
+    def _streamed_groups(self):
+        """(first slot, the streamed columns' values) per row group, in slot order."""
+        source_of = np.empty(self.num_rows, dtype=np.int64)
+        position_of = np.empty(self.num_rows, dtype=np.int64)
+        for index, (_, positions, slots) in enumerate(self._parts):
+            source_of[slots], position_of[slots] = index, positions
+        readers = [_Reader(source, self.streamed, position_of[source_of == index], np.flatnonzero(source_of == index) // ROW_GROUP_ROWS)
+                   for index, (source, _, _) in enumerate(self._parts)]
+        for group, start in enumerate(range(0, self.num_rows, ROW_GROUP_ROWS)):
+            sources, positions = source_of[start : start + ROW_GROUP_ROWS], position_of[start : start + ROW_GROUP_ROWS]
+            pieces, slots = [], []
+            for index, reader in enumerate(readers):
+                at = np.flatnonzero(sources == index)
+                if len(at):
+                    pieces.append(reader.take(positions[at], group))
+                    slots.append(at)
+            order = pa.array(np.argsort(np.concatenate(slots), kind="stable"), type=pa.int64())
+            yield start, [pa.concat_arrays([piece[column] for piece in pieces]).take(order) for column in range(len(self.streamed))]
+
+
+def _whole_columns(source: Source, names: list[str]) -> pd.DataFrame:
+    if isinstance(source, StoredTable):
+        return source.columns(*names)
+    return pa.table([source.column(name) for name in names], names=names).to_pandas()
+
+
+class _Reader:
+    """The streamed columns of one source, at positions: a stored file a row group at a time,
+    each group kept until the last output group that needs it is written."""
+
+    def __init__(self, source: Source, names: list[str], positions: np.ndarray, out_groups: np.ndarray):
+        self.names = names
+        if isinstance(source, StoredTable):
+            self.file = source.row_groups()
+        else:
+            self.file = None
+            self.table = source
+        if self.file is not None:
+            self.starts = self.file.starts
+            group_of = np.searchsorted(self.starts, positions, side="right") - 1
+            self.last_use = {int(group): int(out_groups[group_of == group].max()) for group in np.unique(group_of)}
+        self.cache: dict[int, pa.Table] = {}
+
+    def take(self, positions: np.ndarray, out_group: int) -> list[pa.Array]:
+        if self.file is None:
+            taken = self.table.select([name for name in self.names if name in self.table.column_names]).take(pa.array(positions))
+            return [_as_large_text(taken, name).combine_chunks() for name in self.names]
+        group_of = np.searchsorted(self.starts, positions, side="right") - 1
+        taken = []
+        for group in np.unique(group_of).tolist():
+            if group not in self.cache:
+                read = self.file.read(group, self.names)
+                self.cache[group] = pa.table([_as_large_text(read, name) for name in self.names], names=self.names)
+            at = positions[group_of == group] - self.starts[group]
+            taken.append((np.flatnonzero(group_of == group), self.cache[group].take(pa.array(at))))
+        for group in [group for group, last in self.last_use.items() if last <= out_group and group in self.cache]:
+            del self.cache[group]
+        order = pa.array(np.argsort(np.concatenate([at for at, _ in taken]), kind="stable"), type=pa.int64())
+        return [pa.concat_arrays([table.column(name).combine_chunks() for _, table in taken]).take(order) for name in self.names]
+
+
+def _as_large_text(table: pa.Table, name: str) -> pa.ChunkedArray:
+    if name not in table.column_names:
+        return pa.chunked_array([pa.nulls(table.num_rows, LARGE_TEXT)])
+    return table.column(name).cast(LARGE_TEXT)
