@@ -17,6 +17,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 
@@ -147,7 +148,7 @@ def plan_recordings(
     usable &= same_simulator(known, simulator)
     usable = usable.fillna(False).astype(bool)
     if usable.any():
-        usable[usable] = code.holds_for(null_to_none(known.loc[usable, "code_files"]), root)
+        usable[usable] = holds_for_each(code, known.loc[usable, "code_files"], root)
     digests = known.loc[usable.to_numpy(dtype=bool), "case_digest"]
     latest = digests[~digests.duplicated(keep="last")]
     reuse = cases["case_digest"].map(pd.Series(latest.index, index=latest.to_numpy()))
@@ -155,6 +156,13 @@ def plan_recordings(
         reuse[:] = float("nan")
     to_record = [int(position) for position in reuse.index[reuse.isna()]]
     return RecordingPlan(reuse=reuse, known=known, to_record=to_record)
+
+
+def holds_for_each(code: CodeFingerprint, files: pd.Series, root: Path) -> np.ndarray:
+    """Per stored `code_files` text, whether the code it names still holds: each distinct text
+    (nearly every recording carries the same few KiB) checked, and turned into text, once."""
+    codes, distinct = pd.factorize(files, use_na_sentinel=False)
+    return np.asarray(code.holds_for(null_to_none(pd.Series(distinct, dtype=object)), root), dtype=bool)[codes]
 
 
 def why_recorded(

@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .journal import log
@@ -80,6 +81,15 @@ def taken_from(values: pa.Array | pa.ChunkedArray, positions: np.ndarray) -> lis
         for slot, value in zip(slots.tolist(), found):
             taken[slot] = value
     return taken
+
+
+def _matching_rows(part: PinnedFile, column: str, value: Any) -> pa.Table:
+    """The rows of a stored file whose `column` equals `value` (as Parquet's `==` filter: a
+    null never matches), read a column at a time: the whole table is never decoded at once."""
+    file = pq.ParquetFile(part.source())
+    schema = file.schema_arrow
+    matches = pc.equal(file.read(columns=[column]).column(0), pa.scalar(value, schema.field(column).type))
+    return pa.table([file.read(columns=[name]).column(0).filter(matches) for name in schema.names], schema=schema)
 
 
 class RowGroups:
@@ -241,7 +251,7 @@ class StoredTable:
                 frames.append(part[part[column] == value])
                 continue
             try:
-                frames.append(pq.read_table(part.source(), filters=[(column, "==", value)]).to_pandas())
+                frames.append(_matching_rows(part, column, value).to_pandas())
             except (OSError, ValueError, pa.ArrowException) as error:
                 raise StoredTableError(part.path, _short_reason(error)) from None
         frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0] if frames else pd.DataFrame()
