@@ -21,11 +21,12 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .stored import StoredTable
-from .tables import BATCH_ROWS, arrow_columns, rows_in_order, with_values
+from .stored import RowGroups, StoredTable
+from .tables import arrow_columns, rows_in_order, with_values
 
-# Rows per row group of an assembled table (the streamed columns of one group held at a time).
-ROW_GROUP_ROWS = BATCH_ROWS
+# Rows per row group of an assembled table (the streamed columns of one group held at a time;
+# a recording's row carries its trajectory and state, a few KiB).
+ROW_GROUP_ROWS = 1024
 LARGE_TEXT = pa.large_string()
 
 # A source of rows: a stored table (its file read a row group at a time) or rows in memory.
@@ -112,38 +113,39 @@ def _whole_columns(source: Source, names: list[str]) -> pd.DataFrame:
 
 
 class _Reader:
-    """The streamed columns of one source, at positions: a stored file a row group at a time,
-    each group kept until the last output group that needs it is written."""
+    """The streamed columns of one source, at positions, a row group at a time (a stored
+    file's, or the record batches of rows in memory: never the whole column joined), each
+    group kept until the last output group that needs it is written."""
 
     def __init__(self, source: Source, names: list[str], positions: np.ndarray, out_groups: np.ndarray):
         self.names = names
-        if isinstance(source, StoredTable):
-            self.file = source.row_groups()
-        else:
-            self.file = None
-            self.table = source
-        if self.file is not None:
-            self.starts = self.file.starts
-            group_of = np.searchsorted(self.starts, positions, side="right") - 1
-            self.last_use = {int(group): int(out_groups[group_of == group].max()) for group in np.unique(group_of)}
+        self.groups = source.row_groups() if isinstance(source, StoredTable) else _batches_of(source)
+        group_of = np.searchsorted(self.groups.starts, positions, side="right") - 1
+        self.last_use = {int(group): int(out_groups[group_of == group].max()) for group in np.unique(group_of)}
         self.cache: dict[int, pa.Table] = {}
 
     def take(self, positions: np.ndarray, out_group: int) -> list[pa.Array]:
-        if self.file is None:
-            taken = self.table.select([name for name in self.names if name in self.table.column_names]).take(pa.array(positions))
-            return [_as_large_text(taken, name).combine_chunks() for name in self.names]
-        group_of = np.searchsorted(self.starts, positions, side="right") - 1
+        group_of = np.searchsorted(self.groups.starts, positions, side="right") - 1
         taken = []
         for group in np.unique(group_of).tolist():
             if group not in self.cache:
-                read = self.file.read(group, self.names)
-                self.cache[group] = pa.table([_as_large_text(read, name) for name in self.names], names=self.names)
-            at = positions[group_of == group] - self.starts[group]
+                self.cache[group] = self.groups.read(group, self.names)
+            at = positions[group_of == group] - self.groups.starts[group]
             taken.append((np.flatnonzero(group_of == group), self.cache[group].take(pa.array(at))))
         for group in [group for group, last in self.last_use.items() if last <= out_group and group in self.cache]:
             del self.cache[group]
         order = pa.array(np.argsort(np.concatenate([at for at, _ in taken]), kind="stable"), type=pa.int64())
-        return [pa.concat_arrays([table.column(name).combine_chunks() for _, table in taken]).take(order) for name in self.names]
+        return [pa.concat_arrays([_as_large_text(table, name).combine_chunks() for _, table in taken]).take(order) for name in self.names]
+
+
+def _batches_of(table: pa.Table) -> RowGroups:
+    """Rows in memory as row groups: their record batches, as they were made."""
+    batches = table.to_batches()
+    present = set(table.column_names)
+    return RowGroups(
+        [batch.num_rows for batch in batches],
+        lambda group, names: pa.Table.from_batches([batches[group]]).select([name for name in names if name in present]),
+    )
 
 
 def _as_large_text(table: pa.Table, name: str) -> pa.ChunkedArray:

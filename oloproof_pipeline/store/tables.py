@@ -238,6 +238,10 @@ class RowBatches:
     """Rows collected into Arrow record batches of the table's schema as they arrive (nested
     values as JSON text), then one typed DataFrame."""
 
+    # Rows held as Python objects before they become a batch: a recording's row carries its
+    # trajectory and state (a few KiB), so a few hundred at a time.
+    ROWS = 1024
+
     def __init__(self, schema: pa.Schema, nested: Iterable[str] = ()):
         self.schema = schema
         self.json_columns = _json_columns(schema, nested)
@@ -249,7 +253,7 @@ class RowBatches:
     def add(self, row: dict[str, Any]) -> None:
         self._pending.append(_prepared(row, self.schema, self.json_columns))
         self.count += 1
-        if len(self._pending) >= BATCH_ROWS:
+        if len(self._pending) >= self.ROWS:
             self._flush()
 
     def extend(self, rows: Iterable[dict[str, Any]]) -> None:
