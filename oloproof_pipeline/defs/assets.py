@@ -24,7 +24,7 @@ from dagster import (
 from ..decide.slices import slices_of_version
 from ..decide.validity import transform_validity
 from ..decide.version_gate import gate_of_version
-from ..evaluators.judging import judge_verdict_table
+from ..evaluators.judging import judge_verdict_rows
 from ..evaluators.trials import judge_trial_table
 from ..model.config import Project
 from ..model.errors import ProjectError
@@ -206,10 +206,10 @@ def build_assets(
         description="One verdict per case and criterion, naming the runs that recorded and judged it; "
         "reused while its evaluator, recording and replay hold.",
     )
-    def verdicts(context: AssetExecutionContext, evaluation_project: EvaluationProject) -> pd.DataFrame:
+    def verdicts(context: AssetExecutionContext, evaluation_project: EvaluationProject) -> AssembledTable:
         loaded = evaluation_project.load()
         stored = stored_tables(loaded, context.partition_key)
-        frame, summary = judge_verdict_table(
+        table, summary = judge_verdict_rows(
             loaded, stored["cases"], stored["recorded_runs"], stored["fault_replays"],
             stored["verdicts"].readable("every verdict judged again"),
             version=context.partition_key, judged_by_run=context.run.run_id,
@@ -218,8 +218,8 @@ def build_assets(
             loaded, stored["cases"], stored["trial_runs"], stored["trial_verdicts"].readable("every later trial judged again"),
             version=context.partition_key, judged_by_run=context.run.run_id,
         )
-        context.add_output_metadata(verdict_metadata(loaded, frame, summary, trial_frame, trial_summary))
-        return frame
+        context.add_output_metadata(verdict_metadata(loaded, table.whole, summary, trial_frame, trial_summary))
+        return table
 
     @asset(
         **conventions("gate"),

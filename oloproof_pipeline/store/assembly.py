@@ -39,8 +39,12 @@ class AssembledTable:
     `whole` is those columns assembled (pandas, as the table's frame would hold them): what
     a stage's metadata reads."""
 
-    def __init__(self, schema: pa.Schema, parts: list[tuple[Source, Any, Any]], whole: Sequence[str], *, column_values: dict[str, list] | None = None):
+    def __init__(
+        self, schema: pa.Schema, parts: list[tuple[Source, Any, Any]], whole: Sequence[str], *,
+        column_values: dict[str, list] | None = None, rows_per_group: int | None = None,
+    ):
         self.schema = schema
+        self.rows_per_group = rows_per_group or ROW_GROUP_ROWS
         kept = [(source, np.asarray(positions, dtype=np.int64), np.asarray(slots, dtype=np.int64)) for source, positions, slots in parts]
         self._parts = [
             (arrow_columns(source, schema) if isinstance(source, pd.DataFrame) else source, positions, slots)
@@ -72,7 +76,7 @@ class AssembledTable:
             if not self.num_rows:
                 writer.write_table(schema.empty_table())
             for start, streamed in self._streamed_groups():
-                rows = min(ROW_GROUP_ROWS, self.num_rows - start)
+                rows = min(self.rows_per_group, self.num_rows - start)
                 columns = {name: whole.column(name).slice(start, rows) for name in whole.column_names}
                 columns.update(zip(self.streamed, streamed))
                 writer.write_table(pa.table([columns[name] for name in schema.names], schema=schema))
@@ -92,10 +96,10 @@ class AssembledTable:
         position_of = np.empty(self.num_rows, dtype=np.int64)
         for index, (_, positions, slots) in enumerate(self._parts):
             source_of[slots], position_of[slots] = index, positions
-        readers = [_Reader(source, self.streamed, position_of[source_of == index], np.flatnonzero(source_of == index) // ROW_GROUP_ROWS)
+        readers = [_Reader(source, self.streamed, position_of[source_of == index], np.flatnonzero(source_of == index) // self.rows_per_group)
                    for index, (source, _, _) in enumerate(self._parts)]
-        for group, start in enumerate(range(0, self.num_rows, ROW_GROUP_ROWS)):
-            sources, positions = source_of[start : start + ROW_GROUP_ROWS], position_of[start : start + ROW_GROUP_ROWS]
+        for group, start in enumerate(range(0, self.num_rows, self.rows_per_group)):
+            sources, positions = source_of[start : start + self.rows_per_group], position_of[start : start + self.rows_per_group]
             pieces, slots = [], []
             for index, reader in enumerate(readers):
                 at = np.flatnonzero(sources == index)
