@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .stored import RowGroups, StoredTable
-from .tables import arrow_columns, rows_in_order, with_values
+from .tables import rows_in_order, with_values
 
 # Rows per row group of an assembled table (the streamed columns of one group held at a time;
 # a recording's row carries its trajectory and state, a few KiB).
@@ -46,10 +46,7 @@ class AssembledTable:
         self.schema = schema
         self.rows_per_group = rows_per_group or ROW_GROUP_ROWS
         kept = [(source, np.asarray(positions, dtype=np.int64), np.asarray(slots, dtype=np.int64)) for source, positions, slots in parts]
-        self._parts = [
-            (arrow_columns(source, schema) if isinstance(source, pd.DataFrame) else source, positions, slots)
-            for source, positions, slots in kept if len(positions)
-        ]
+        self._parts = [part for part in kept if len(part[1])]
         self.num_rows = int(sum(len(positions) for _, positions, _ in self._parts))
         self.streamed = [field.name for field in schema if field.name not in whole]
         if any(not pa.types.is_string(schema.field(name).type) for name in self.streamed):
@@ -113,7 +110,9 @@ class AssembledTable:
 def _whole_columns(source: Source, names: list[str]) -> pd.DataFrame:
     if isinstance(source, StoredTable):
         return source.columns(*names)
-    return pa.table([source.column(name) for name in names], names=names).to_pandas()
+    if isinstance(source, pd.DataFrame):
+        return source.reindex(columns=names)
+    return pa.table([source.column(name) if name in source.column_names else pa.nulls(source.num_rows) for name in names], names=names).to_pandas()
 
 
 class _Reader:
@@ -123,6 +122,8 @@ class _Reader:
 
     def __init__(self, source: Source, names: list[str], positions: np.ndarray, out_groups: np.ndarray):
         self.names = names
+        if isinstance(source, pd.DataFrame):  # its text is Arrow's already: seen as Arrow, not copied
+            source = pa.Table.from_pandas(source[[name for name in names if name in source.columns]], preserve_index=False)
         self.groups = source.row_groups() if isinstance(source, StoredTable) else _batches_of(source)
         group_of = np.searchsorted(self.groups.starts, positions, side="right") - 1
         self.last_use = {int(group): int(out_groups[group_of == group].max()) for group in np.unique(group_of)}
