@@ -55,6 +55,9 @@ class AssembledTable:
         self.whole = rows_in_order(frames, pa.schema([field for field in schema if field.name in whole]))
         for name, values in (column_values or {}).items():
             self.whole = with_values(self.whole, name, values)
+        for source, _, _ in self._parts:
+            if isinstance(source, StoredTable):
+                source.forget()  # the columns a stage planned from: the file is read again a row group at a time
 
     def __len__(self) -> int:
         return self.num_rows
