@@ -13,6 +13,7 @@ reads a few of them at a time in turn."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -65,8 +66,13 @@ class AssembledTable:
     def written_schema(self) -> pa.Schema:
         """The schema `to_parquet` gives the whole table's frame: the `whole` columns' as pandas
         holds them, each streamed column as pandas holds text (whatever its values)."""
-        sample = self.whole.assign(**{name: pd.Series([None] * len(self.whole), dtype="str", index=self.whole.index) for name in self.streamed})
-        return pa.Schema.from_pandas(sample[self.schema.names], preserve_index=False)
+        whole = pa.Schema.from_pandas(self.whole, preserve_index=False)
+        text = pa.Schema.from_pandas(pd.DataFrame({name: pd.Series([None], dtype="str") for name in self.streamed}), preserve_index=False)
+        pandas = json.loads(whole.metadata[b"pandas"])
+        described = {column["name"]: column for column in pandas["columns"] + json.loads(text.metadata[b"pandas"])["columns"]}
+        pandas["columns"] = [described[name] for name in self.schema.names]
+        fields = {field.name: field for field in [*whole, *text]}
+        return pa.schema([fields[name] for name in self.schema.names], metadata={b"pandas": json.dumps(pandas).encode()})
 
     def write_parquet(self, path: Path) -> None:
         """Written a row group at a time (a file stored without row groups is read whole, once)."""
@@ -106,8 +112,7 @@ class AssembledTable:
                 if len(at):
                     pieces.append(reader.take(positions[at], group))
                     slots.append(at)
-            order = pa.array(np.argsort(np.concatenate(slots), kind="stable"), type=pa.int64())
-            yield start, [pa.concat_arrays([piece[column] for piece in pieces]).take(order) for column in range(len(self.streamed))]
+            yield start, [_in_order([piece[column] for piece in pieces], slots) for column in range(len(self.streamed))]
 
 
 def _whole_columns(source: Source, names: list[str]) -> pd.DataFrame:
@@ -139,11 +144,29 @@ class _Reader:
             if group not in self.cache:
                 self.cache[group] = self.groups.read(group, self.names)
             at = positions[group_of == group] - self.groups.starts[group]
-            taken.append((np.flatnonzero(group_of == group), self.cache[group].take(pa.array(at))))
+            taken.append((np.flatnonzero(group_of == group), _rows_at(self.cache[group], at)))
         for group in [group for group, last in self.last_use.items() if last <= out_group and group in self.cache]:
             del self.cache[group]
-        order = pa.array(np.argsort(np.concatenate([at for at, _ in taken]), kind="stable"), type=pa.int64())
-        return [pa.concat_arrays([_as_large_text(table, name).combine_chunks() for _, table in taken]).take(order) for name in self.names]
+        slots = [at for at, _ in taken]
+        return [_in_order([_as_large_text(table, name).combine_chunks() for _, table in taken], slots) for name in self.names]
+
+
+def _rows_at(table: pa.Table, at: np.ndarray) -> pa.Table:
+    """The table's rows at `at`: a slice, not a copy, when they are a run in order (a reused
+    table's rows mostly are)."""
+    if len(at) and at[-1] - at[0] + 1 == len(at) and (len(at) == 1 or bool(np.all(np.diff(at) == 1))):
+        return table.slice(int(at[0]), len(at))
+    return table.take(pa.array(at))
+
+
+def _in_order(pieces: list[pa.Array], slots: list[np.ndarray]) -> pa.Array:
+    """The pieces' values put at their slots (each piece's slots in its order): joined as they
+    are when they already follow each other."""
+    joined = pieces[0] if len(pieces) == 1 else pa.concat_arrays(pieces)
+    at = slots[0] if len(slots) == 1 else np.concatenate(slots)
+    if len(at) < 2 or bool(np.all(np.diff(at) > 0)):
+        return joined
+    return joined.take(pa.array(np.argsort(at, kind="stable"), type=pa.int64()))
 
 
 def _batches_of(table: pa.Table) -> RowGroups:
