@@ -14,6 +14,7 @@ from typing import Iterable, Protocol
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from ..model.config import version_problem
 from ..model.errors import ProjectError
@@ -80,7 +81,7 @@ def read_table(project_root: Path, table: str, partition: str | None = None) -> 
 def read_table_file(path: Path) -> pd.DataFrame:
     """The stored table; one that cannot be read is a StoredTableError naming the file."""
     try:
-        return pd.read_parquet(path)
+        return pq.read_table(path).combine_chunks().to_pandas()  # as pd.read_parquet, a chunk per column
     except (OSError, ValueError, pa.ArrowException) as error:
         reason = "the file is empty" if path.is_file() and path.stat().st_size == 0 else _short_reason(error)
         raise StoredTableError(path, reason) from None

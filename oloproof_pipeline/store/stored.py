@@ -187,7 +187,10 @@ class StoredTable:
         elif present:
             try:
                 repeated = [name for name in present if name in REPEATED_TEXT]
-                read = dict(pq.read_table(part.source(), columns=present, read_dictionary=repeated).to_pandas().items())
+                # One chunk per column (a file of several row groups reads as several): pandas'
+                # operations on a column of many chunks join them again and again.
+                table = pq.read_table(part.source(), columns=present, read_dictionary=repeated).combine_chunks()
+                read = dict(table.to_pandas().items())
             except (OSError, ValueError, pa.ArrowException) as error:
                 raise StoredTableError(part.path, _short_reason(error)) from None
         else:
