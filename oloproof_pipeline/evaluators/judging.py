@@ -367,7 +367,7 @@ def judge_verdict_rows(
 # The verdict columns held whole as the table is assembled (its metadata counts outcomes);
 # the rest (reasons, details, keys) taken a row group of short rows at a time.
 VERDICT_WHOLE_COLUMNS = ("case_id", "criterion", "outcome")
-VERDICT_GROUP_ROWS = 65536
+VERDICT_GROUP_ROWS = 16384
 
 
 def chunks_of_clusters(wanted: WantedVerdicts, entries: np.ndarray, case_keys: pd.DataFrame) -> list[np.ndarray]:

@@ -139,16 +139,29 @@ class _Reader:
 
     def take(self, positions: np.ndarray, out_group: int) -> list[pa.Array]:
         group_of = np.searchsorted(self.groups.starts, positions, side="right") - 1
+        groups = np.unique(group_of).tolist()
+        if len(groups) == 1:  # taken in slot order at once: no second copy to reorder
+            rows = _rows_at(self._group(groups[0]), positions - self.groups.starts[groups[0]])
+            self._let_go(out_group)
+            return [_as_large_text(rows, name).combine_chunks() for name in self.names]
         taken = []
-        for group in np.unique(group_of).tolist():
-            if group not in self.cache:
-                self.cache[group] = self.groups.read(group, self.names)
+        for group in groups:
             at = positions[group_of == group] - self.groups.starts[group]
-            taken.append((np.flatnonzero(group_of == group), _rows_at(self.cache[group], at)))
-        for group in [group for group, last in self.last_use.items() if last <= out_group and group in self.cache]:
-            del self.cache[group]
+            taken.append((np.flatnonzero(group_of == group), _rows_at(self._group(group), at)))
+        self._let_go(out_group)
         slots = [at for at, _ in taken]
         return [_in_order([_as_large_text(table, name).combine_chunks() for _, table in taken], slots) for name in self.names]
+
+
+    def _group(self, group: int) -> pa.Table:
+        if group not in self.cache:
+            self.cache[group] = self.groups.read(group, self.names)
+        return self.cache[group]
+
+    def _let_go(self, out_group: int) -> None:
+        """The groups no later output group needs."""
+        for group in [group for group, last in self.last_use.items() if last <= out_group and group in self.cache]:
+            del self.cache[group]
 
 
 def _rows_at(table: pa.Table, at: np.ndarray) -> pa.Table:
