@@ -24,7 +24,7 @@ from dagster import (
 from ..decide.slices import slices_of_version
 from ..decide.validity import transform_validity
 from ..decide.version_gate import gate_of_version
-from ..evaluators.judging import judge_verdict_table
+from ..evaluators.judging import judge_verdict_rows
 from ..evaluators.trials import judge_trial_table
 from ..model.config import Project
 from ..model.errors import ProjectError
@@ -34,12 +34,13 @@ from ..read import compare as comparison
 from ..read.results import load_results
 from ..read.version_report import write_version_report
 from ..run.certification import certify_cases, flagged_rows
-from ..run.recording import record_case_table
+from ..run.recording import record_case_rows
 from ..run.replaying import replay_fault_table
 from ..run.system import SYSTEM_TAG, ResolvedSystem
 from ..run.trials import record_trial_table
 from ..store import tables
 from ..store.reuse import previous_at, stored_tables
+from ..store.assembly import AssembledTable
 from ..store.stored import StoredTable
 from ..store.tables import rows_from_frame
 from .asset_metadata import (
@@ -159,18 +160,18 @@ def build_assets(
         config: RecordingConfig,
         evaluation_project: EvaluationProject,
         sandbox_cluster: SandboxCluster,
-    ) -> pd.DataFrame:
+    ) -> AssembledTable:
         loaded = evaluation_project.load()
         cases = stored_tables(loaded)["cases"]
         progress = ProgressLog(context.log, "recorded", len(cases), every=progress_step(len(cases)))
         run = {"version": context.partition_key, "run_id": context.run.run_id, "fresh": config.fresh,
                "on_recorded": progress.step, "system": system_of_run(context)}
         with sandbox_cluster.sandboxes(loaded.config.execution) as sandboxes:
-            frame, summary = record_case_table(loaded, cases, **run, sandboxes=sandboxes)
+            table, summary = record_case_rows(loaded, cases, **run, sandboxes=sandboxes)
             trial_frame, trial_summary = record_trial_table(loaded, cases, **run, sandboxes=sandboxes)
         context.log.info(f"recorded {summary.new} cases, reused {summary.reused}, {summary.failed} failed")
-        context.add_output_metadata(recording_metadata(loaded, frame, summary, trial_frame, trial_summary))
-        return frame
+        context.add_output_metadata(recording_metadata(loaded, table.whole, summary, trial_frame, trial_summary))
+        return table
 
     @asset(
         **conventions("fault_replays"),
@@ -205,10 +206,10 @@ def build_assets(
         description="One verdict per case and criterion, naming the runs that recorded and judged it; "
         "reused while its evaluator, recording and replay hold.",
     )
-    def verdicts(context: AssetExecutionContext, evaluation_project: EvaluationProject) -> pd.DataFrame:
+    def verdicts(context: AssetExecutionContext, evaluation_project: EvaluationProject) -> AssembledTable:
         loaded = evaluation_project.load()
         stored = stored_tables(loaded, context.partition_key)
-        frame, summary = judge_verdict_table(
+        table, summary = judge_verdict_rows(
             loaded, stored["cases"], stored["recorded_runs"], stored["fault_replays"],
             stored["verdicts"].readable("every verdict judged again"),
             version=context.partition_key, judged_by_run=context.run.run_id,
@@ -217,8 +218,8 @@ def build_assets(
             loaded, stored["cases"], stored["trial_runs"], stored["trial_verdicts"].readable("every later trial judged again"),
             version=context.partition_key, judged_by_run=context.run.run_id,
         )
-        context.add_output_metadata(verdict_metadata(loaded, frame, summary, trial_frame, trial_summary))
-        return frame
+        context.add_output_metadata(verdict_metadata(loaded, table.whole, summary, trial_frame, trial_summary))
+        return table
 
     @asset(
         **conventions("gate"),

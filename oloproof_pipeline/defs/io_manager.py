@@ -11,7 +11,7 @@ import pandas as pd
 from dagster import ConfigurableIOManagerFactory, InputContext, MetadataValue, OutputContext, UPathIOManager
 from upath import UPath
 
-from ..store.layout import read_table_file, write_table_file
+from ..store.layout import WritesParquet, read_table_file, write_table_file
 from ..store.tables import return_freed_memory
 
 
@@ -20,7 +20,8 @@ class ParquetFiles(UPathIOManager):
 
     extension = ".parquet"
 
-    def dump_to_path(self, context: OutputContext, obj: pd.DataFrame, path: UPath) -> None:
+    def dump_to_path(self, context: OutputContext, obj: pd.DataFrame | WritesParquet, path: UPath) -> None:
+        # A frame, or a table that writes itself a row group at a time (store/assembly.py).
         write_table_file(Path(str(path)), obj)
         self._written = Path(str(path))
         return_freed_memory()  # the stage is done: what it built and dropped goes back

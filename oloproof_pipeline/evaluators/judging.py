@@ -29,6 +29,7 @@ from ..model.faults import FaultReplay
 from ..model.fingerprints import evaluator_digest, row_key
 from ..model.outcomes import Verdict
 from ..model.records import RecordedRun
+from ..store.assembly import AssembledTable
 from ..store.decoding import case_models, collection_paused, replay_models, run_models
 from ..store.stored import StoredTable
 from ..store.tables import (
@@ -36,7 +37,6 @@ from ..store.tables import (
     VERDICTS_SCHEMA,
     null_to_none,
     replays_from_table,
-    rows_in_order,
     to_json_text,
 )
 from .base import Evaluator, JudgingContext
@@ -323,6 +323,14 @@ def why_judged(wanted: WantedVerdicts, entries: np.ndarray, positions: np.ndarra
 
 
 def judge_verdict_table(
+    project: Project, cases: StoredTable, runs: StoredTable, replays: StoredTable, stored: StoredTable, **run: str
+) -> tuple[pd.DataFrame, VerdictSummary]:
+    """`judge_verdict_rows`, the table as a frame."""
+    table, summary = judge_verdict_rows(project, cases, runs, replays, stored, **run)
+    return table.frame(), summary
+
+
+def judge_verdict_rows(
     project: Project,
     cases: StoredTable,
     runs: StoredTable,
@@ -331,9 +339,10 @@ def judge_verdict_table(
     *,
     version: str,
     judged_by_run: str,
-) -> tuple[pd.DataFrame, VerdictSummary]:
-    """The `verdicts` table: each stored verdict whose key still holds, reused; every other
-    case and criterion judged now. In case then evaluator order."""
+) -> tuple[AssembledTable, VerdictSummary]:
+    """The `verdicts` table, to write: each stored verdict whose key still holds, reused (left
+    in the stored file until written, store/assembly.py); every other case and criterion
+    judged now. In case then evaluator order."""
     case_keys = cases.columns("case_id", "source_id", "group_id")
     wanted = verdict_keys(project, case_keys, runs, replays, version)
     positions = stored_positions(wanted, stored)
@@ -357,8 +366,14 @@ def judge_verdict_table(
     parts = [(new, range(len(new)), new_slots)]
     del new  # the parts' own: let go a column at a time as the table takes their rows
     if len(reused):
-        parts.append((stored.whole(VERDICTS_SCHEMA), positions[reused], reused))
-    return rows_in_order(parts, VERDICTS_SCHEMA), summary
+        parts.append((stored, positions[reused], reused))
+    return AssembledTable(VERDICTS_SCHEMA, parts, VERDICT_WHOLE_COLUMNS, rows_per_group=VERDICT_GROUP_ROWS), summary
+
+
+# The verdict columns held whole as the table is assembled (its metadata counts outcomes);
+# the rest (reasons, details, keys) taken a row group of short rows at a time.
+VERDICT_WHOLE_COLUMNS = ("case_id", "criterion", "outcome")
+VERDICT_GROUP_ROWS = 16384
 
 
 def chunks_of_clusters(wanted: WantedVerdicts, entries: np.ndarray, case_keys: pd.DataFrame) -> list[np.ndarray]:

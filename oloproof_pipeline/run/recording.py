@@ -17,7 +17,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from ..model.cases import CaseRecord
 from ..model.config import Project, ProjectConfig
@@ -25,6 +27,7 @@ from ..model.fingerprints import CodeFingerprint, row_key, system_code_fingerpri
 from ..model.records import RecordedRun
 from ..model.trajectory import Trajectory
 from ..model.trials import FIRST_TRIAL
+from ..store.assembly import AssembledTable
 from ..store.decoding import MODELS_AT_ONCE
 from ..store.stored import StoredTable
 from ..store.tables import (
@@ -49,8 +52,16 @@ from .channel import StoredCase
 from .system import ResolvedSystem
 
 TABLE = "recorded_runs"
+# What recordings are planned from: whether a stored one is reused is decided by these alone
+# (no trajectory is read); the rest stays in the stored file until the table is written.
+PLAN_COLUMNS = ("case_id", "case_digest", "recorded_by_run", "system_version", "status", "code_fingerprint", "code_files", "simulator_digest")
 # A recording is one case digest recorded by one run: its identity in the table and journal.
-RECORDINGS = StoredWork(TABLE, ("case_digest", "recorded_by_run"), RECORDED_RUNS_SCHEMA, tuple(RUN_NESTED), RecordedRun)
+RECORDINGS = StoredWork(
+    TABLE, ("case_digest", "recorded_by_run"), RECORDED_RUNS_SCHEMA, tuple(RUN_NESTED), RecordedRun, plan_columns=PLAN_COLUMNS
+)
+# The columns of the table held whole as it is assembled (its metadata reads them); the other
+# text, trajectories and states among it, is taken a row group at a time as it is written.
+WHOLE_COLUMNS = ("case_id", "status", *(field.name for field in RECORDED_RUNS_SCHEMA if not pa.types.is_string(field.type)))
 OK = "ok"
 RECORDED, RERECORDED = "recorded", "re-recorded"
 
@@ -137,7 +148,7 @@ def plan_recordings(
     usable &= same_simulator(known, simulator)
     usable = usable.fillna(False).astype(bool)
     if usable.any():
-        usable[usable] = code.holds_for(null_to_none(known.loc[usable, "code_files"]), root)
+        usable[usable] = holds_for_each(code, known.loc[usable, "code_files"], root)
     digests = known.loc[usable.to_numpy(dtype=bool), "case_digest"]
     latest = digests[~digests.duplicated(keep="last")]
     reuse = cases["case_digest"].map(pd.Series(latest.index, index=latest.to_numpy()))
@@ -145,6 +156,13 @@ def plan_recordings(
         reuse[:] = float("nan")
     to_record = [int(position) for position in reuse.index[reuse.isna()]]
     return RecordingPlan(reuse=reuse, known=known, to_record=to_record)
+
+
+def holds_for_each(code: CodeFingerprint, files: pd.Series, root: Path) -> np.ndarray:
+    """Per stored `code_files` text, whether the code it names still holds: each distinct text
+    (nearly every recording carries the same few KiB) checked, and turned into text, once."""
+    codes, distinct = pd.factorize(files, use_na_sentinel=False)
+    return np.asarray(code.holds_for(null_to_none(pd.Series(distinct, dtype=object)), root), dtype=bool)[codes]
 
 
 def why_recorded(
@@ -275,11 +293,11 @@ class RecordingStage:
         """A recording's row as this stage's table stores it."""
         return row
 
-    def assemble(self, recordings: Recordings) -> tuple[pd.DataFrame, RecordingSummary]:
+    def assemble(self, recordings: Recordings) -> tuple[AssembledTable, RecordingSummary]:
         self.cases.forget()  # the columns the cases recorded were made from (the keys are kept apart)
         summary = recordings.summary
         new = recordings.new[FIRST_TRIAL]
-        frame = recorded_table(self.keys, recordings.plans[FIRST_TRIAL], new.frame())
+        frame = recorded_rows(self.keys, recordings.plans[FIRST_TRIAL], recordings.known, new.table())
         summary.new = new.count
         summary.reused = len(self.keys) - new.count
         stored = recordings.known.stored
@@ -313,7 +331,7 @@ def _member_text(name: str, value: Any) -> str:
     return encode_basestring_ascii(value) if isinstance(value, str) else json.dumps(value)
 
 
-def record_case_table(
+def record_case_rows(
     project: Project,
     cases: StoredTable,
     *,
@@ -323,9 +341,9 @@ def record_case_table(
     on_recorded: Callable[[RecordedRun], None] | None = None,
     sandboxes: Sandboxes | None = None,
     system: ResolvedSystem | None = None,
-) -> tuple[pd.DataFrame, RecordingSummary]:
-    """The `recorded_runs` table for `cases` (sources then copies): every case not already
-    recorded for this version and code is recorded now (all of them when `fresh`).
+) -> tuple[AssembledTable, RecordingSummary]:
+    """The `recorded_runs` table for `cases` (sources then copies), to write: every case not
+    already recorded for this version and code is recorded now (all of them when `fresh`).
 
     Each recording is journalled as it finishes, so a run killed part-way loses nothing.
     With distributed `sandboxes` the cases spread over Dask workers (see sandboxes.py).
@@ -334,6 +352,27 @@ def record_case_table(
     stage = RecordingStage(project, cases, version, run_id, fresh, on_recorded)
     spend = Spend.of(project.config)
     return run_stage(stage, project, version=version, fresh=fresh, system=system, sandboxes=sandboxes, spend=spend)
+
+
+def record_case_table(project: Project, cases: StoredTable, **run: Any) -> tuple[pd.DataFrame, RecordingSummary]:
+    """`record_case_rows`, the table as a frame (for scripts and tests)."""
+    table, summary = record_case_rows(project, cases, **run)
+    return table.frame(), summary
+
+
+def recorded_rows(keys: pd.DataFrame, plan: RecordingPlan, known: KnownWork, new: pa.Table) -> AssembledTable:
+    """`recorded_table`, with the reused rows left in the stored file (and the journal's
+    rows) until the table is written: planned from `known`'s few columns."""
+    reused = plan.reuse.dropna().astype(int)
+    from_file = reused[reused < known.stored_rows]
+    from_journal = reused[reused >= known.stored_rows]
+    by_id = dict(zip(null_to_none(keys["case_id"]), keys.index))
+    parts = [
+        (known.table, from_file.to_numpy(), from_file.index),
+        (known.journaled, from_journal.to_numpy() - known.stored_rows, from_journal.index),
+        (new, range(new.num_rows), [by_id[case_id] for case_id in new.column("case_id").to_pylist()]),
+    ]
+    return AssembledTable(RECORDED_RUNS_SCHEMA, parts, WHOLE_COLUMNS, column_values={"case_id": null_to_none(keys["case_id"])})
 
 
 def recorded_table(keys: pd.DataFrame, plan: RecordingPlan, new: pd.DataFrame) -> pd.DataFrame:

@@ -25,11 +25,19 @@ Row = dict[str, Any]
 @dataclass
 class KnownWork:
     """Finished work of a version: the stored table's rows, then the journal's lines the table
-    does not hold (later lines win where keys repeat)."""
+    does not hold (later lines win where keys repeat). A stage that plans from a few columns
+    has only those in `frame` and `stored`; its rows whole are `table`'s (the stored file,
+    read when the stage's table is written) then `journaled`'s."""
 
     frame: pd.DataFrame
     stored: pd.DataFrame | None
     journal_state: tuple[int, int] | None
+    table: StoredTable = field(default_factory=StoredTable)
+    journaled: pd.DataFrame | None = None
+
+    @property
+    def stored_rows(self) -> int:
+        return 0 if self.stored is None else len(self.stored)
 
 
 def stored_keys(frame: pd.DataFrame | None, columns: list[str]) -> set[tuple]:
@@ -60,17 +68,26 @@ def journal_is_newer(journal: Journal, table: StoredTable) -> bool:
 
 
 def known_work(
-    table: StoredTable, journal: Journal, model: type[BaseModel], schema: pa.Schema, nested: Iterable[str], key_columns: list[str]
+    table: StoredTable, journal: Journal, model: type[BaseModel], schema: pa.Schema, nested: Iterable[str], key_columns: list[str],
+    plan_columns: Iterable[str] | None = None,
 ) -> KnownWork:
-    """The stored table (nulls for cache keys it predates), then the journal's lines it lacks.
+    """The stored table (nulls for cache keys it predates), then the journal's lines it lacks;
+    only `plan_columns` of them in `frame` when given (the stored file is not read whole).
     A journal line that is no `model` is skipped with a warning naming it."""
     state = journal_state(journal)  # before reading it: any line added from now on is noticed
-    stored = table.whole(schema) if table.exists else None
+    names = schema.names if plan_columns is None else list(plan_columns)
+    stored = table.columns(*names) if table.exists else None
     journaled = []
     if journal_is_newer(journal, table):
         keys = stored_keys(stored, key_columns)
         journaled = [row for row in journal.lines_of(model) if tuple(row.get(column) for column in key_columns) not in keys]
-    return KnownWork(frame=combined(stored, journaled, schema, nested), stored=stored, journal_state=state)
+    if plan_columns is None:
+        return KnownWork(frame=combined(stored, journaled, schema, nested), stored=stored, journal_state=state, table=table)
+    rows = frame_from_rows(journaled, schema, nested) if journaled else None
+    frame = combined(stored, [], schema, nested)[names] if rows is None else pd.concat(
+        [part[names] for part in (stored, rows) if part is not None], ignore_index=True
+    )
+    return KnownWork(frame=frame, stored=stored, journal_state=state, table=table, journaled=rows)
 
 
 def combined(stored: pd.DataFrame | None, journaled: list[Row], schema: pa.Schema, nested: Iterable[str]) -> pd.DataFrame:

@@ -47,6 +47,9 @@ class StoredWork:
     nested: tuple[str, ...]
     # What a journal line is (one that is not is skipped with a warning).
     record: type[BaseModel]
+    # The columns a stage plans from, when not all: the rest stay in the stored file until
+    # the stage's table is written (store/assembly.py).
+    plan_columns: tuple[str, ...] | None = None
 
     def journal(self, project: Project, version: str) -> Journal:
         return Journal.for_partition(project.root, self.table, version)
@@ -59,7 +62,7 @@ class StoredWork:
         table = StoredTable() if fresh else StoredTable.at(project.root, self.table, partition=version).readable(
             f"using the journal {journal.path} instead"
         )
-        return known_work(table, journal, self.record, self.schema, self.nested, list(self.key_columns))
+        return known_work(table, journal, self.record, self.schema, self.nested, list(self.key_columns), self.plan_columns)
 
 
 @dataclass(frozen=True)

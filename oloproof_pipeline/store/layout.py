@@ -10,10 +10,11 @@ import os
 import uuid
 from contextlib import suppress
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Protocol
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from ..model.config import version_problem
 from ..model.errors import ProjectError
@@ -80,7 +81,7 @@ def read_table(project_root: Path, table: str, partition: str | None = None) -> 
 def read_table_file(path: Path) -> pd.DataFrame:
     """The stored table; one that cannot be read is a StoredTableError naming the file."""
     try:
-        return pd.read_parquet(path)
+        return pq.read_table(path).combine_chunks().to_pandas()  # as pd.read_parquet, a chunk per column
     except (OSError, ValueError, pa.ArrowException) as error:
         reason = "the file is empty" if path.is_file() and path.stat().st_size == 0 else _short_reason(error)
         raise StoredTableError(path, reason) from None
@@ -91,18 +92,31 @@ def _short_reason(error: BaseException) -> str:
     return text[0] if text else type(error).__name__
 
 
-def write_table_file(path: Path, frame: pd.DataFrame) -> None:
+class WritesParquet(Protocol):
+    """A table that writes itself (`store/assembly.py`: a row group at a time)."""
+
+    def write_parquet(self, path: Path) -> None: ...
+
+
+def write_table_file(path: Path, frame: pd.DataFrame | WritesParquet) -> None:
     """Write next to the target and rename, so a reader never sees half a file; the name is
     the writer's own, as two runs of one version may write the same table at once."""
     partial = path.with_name(f"{path.name}.{uuid.uuid4().hex}.partial")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        frame.to_parquet(partial, index=False)
+        if isinstance(frame, pd.DataFrame):
+            frame.to_parquet(partial, index=False)
+        else:
+            frame.write_parquet(partial)
         partial.rename(path)
     except OSError as error:
         with suppress(OSError):
             partial.unlink(missing_ok=True)
         raise StorageWriteError(path, error) from None
+    except BaseException:  # a stored table it reads from cannot be read: no half file left
+        with suppress(OSError):
+            partial.unlink(missing_ok=True)
+        raise
 
 
 def write_text_file(path: Path, text: str | Iterable[str]) -> None:

@@ -11,16 +11,17 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .journal import log
 from .layout import StoredTableError, _short_reason, table_path
-from .tables import from_json_text, required_columns, rows_from_frame
+from .tables import REPEATED_TEXT, from_json_text, required_columns, rows_from_frame
 
 Part = Path | pd.DataFrame
 
@@ -80,6 +81,24 @@ def taken_from(values: pa.Array | pa.ChunkedArray, positions: np.ndarray) -> lis
         for slot, value in zip(slots.tolist(), found):
             taken[slot] = value
     return taken
+
+
+def _matching_rows(part: PinnedFile, column: str, value: Any) -> pa.Table:
+    """The rows of a stored file whose `column` equals `value` (as Parquet's `==` filter: a
+    null never matches), read a column at a time: the whole table is never decoded at once."""
+    file = pq.ParquetFile(part.source())
+    schema = file.schema_arrow
+    matches = pc.equal(file.read(columns=[column]).column(0), pa.scalar(value, schema.field(column).type))
+    return pa.table([file.read(columns=[name]).column(0).filter(matches) for name in schema.names], schema=schema)
+
+
+class RowGroups:
+    """A stored table's row groups: where each starts, and each read when asked (only the
+    columns asked for that the file has)."""
+
+    def __init__(self, sizes: list[int], read: Callable[[int, list[str]], pa.Table]):
+        self.starts = np.cumsum([0] + sizes[:-1]).astype(np.int64)
+        self.read = read
 
 
 class StoredTable:
@@ -167,7 +186,11 @@ class StoredTable:
             read = {name: part[name].reset_index(drop=True) for name in present}
         elif present:
             try:
-                read = dict(pq.read_table(part.source(), columns=present).to_pandas().items())
+                repeated = [name for name in present if name in REPEATED_TEXT]
+                # One chunk per column (a file of several row groups reads as several): pandas'
+                # operations on a column of many chunks join them again and again.
+                table = pq.read_table(part.source(), columns=present, read_dictionary=repeated).combine_chunks()
+                read = dict(table.to_pandas().items())
             except (OSError, ValueError, pa.ArrowException) as error:
                 raise StoredTableError(part.path, _short_reason(error)) from None
         else:
@@ -191,6 +214,27 @@ class StoredTable:
                     else columns[0] if columns else pd.Series([], dtype=object)
                 )
 
+    def row_groups(self) -> RowGroups:
+        """The table's row groups, to read one at a time: a single stored file's own; a table
+        in memory or stacked is one group of the whole."""
+        shapes = self._part_shapes()
+        part = self._parts[0] if len(self._parts) == 1 else None
+        if not isinstance(part, PinnedFile):
+            return RowGroups([len(self)], lambda group, names: pa.Table.from_pandas(self.columns(*names), preserve_index=False))
+        try:
+            file = pq.ParquetFile(part.source())
+        except (OSError, ValueError, pa.ArrowException) as error:
+            raise StoredTableError(part.path, _short_reason(error)) from None
+        present = set(shapes[0][0])
+
+        def read(group: int, names: list[str]) -> pa.Table:
+            try:
+                return file.read_row_group(group, columns=[name for name in names if name in present])
+            except (OSError, ValueError, pa.ArrowException) as error:
+                raise StoredTableError(part.path, _short_reason(error)) from None
+
+        return RowGroups([file.metadata.row_group(index).num_rows for index in range(file.num_row_groups)], read)
+
     def forget(self) -> None:
         """Let go of the columns read so far (a stage done with the rows it decoded); a later
         read reads them again from the same open file."""
@@ -210,7 +254,7 @@ class StoredTable:
                 frames.append(part[part[column] == value])
                 continue
             try:
-                frames.append(pq.read_table(part.source(), filters=[(column, "==", value)]).to_pandas())
+                frames.append(_matching_rows(part, column, value).to_pandas())
             except (OSError, ValueError, pa.ArrowException) as error:
                 raise StoredTableError(part.path, _short_reason(error)) from None
         frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0] if frames else pd.DataFrame()

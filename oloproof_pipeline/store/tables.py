@@ -225,6 +225,9 @@ def _json_columns(schema: pa.Schema, nested: Iterable[str]) -> set[str]:
 # Rows are turned into Arrow record batches this many at a time, so a large table never
 # exists as one list of Python dicts.
 BATCH_ROWS = 4096
+# Text that is the same on nearly every row (the code a recording was made with, a few KiB):
+# held once per batch as a dictionary, and read as categories, never once per row.
+REPEATED_TEXT = frozenset({"code_files"})
 
 
 def _prepared(row: dict[str, Any], schema: pa.Schema, json_columns: set[str]) -> dict[str, Any]:
@@ -235,9 +238,14 @@ class RowBatches:
     """Rows collected into Arrow record batches of the table's schema as they arrive (nested
     values as JSON text), then one typed DataFrame."""
 
+    # Rows held as Python objects before they become a batch: a recording's row carries its
+    # trajectory and state (a few KiB), so a few hundred at a time.
+    ROWS = 1024
+
     def __init__(self, schema: pa.Schema, nested: Iterable[str] = ()):
         self.schema = schema
         self.json_columns = _json_columns(schema, nested)
+        self._repeated = [index for index, name in enumerate(schema.names) if name in REPEATED_TEXT]
         self._pending: list[dict[str, Any]] = []
         self._batches: list[pa.RecordBatch] = []
         self.count = 0
@@ -245,7 +253,7 @@ class RowBatches:
     def add(self, row: dict[str, Any]) -> None:
         self._pending.append(_prepared(row, self.schema, self.json_columns))
         self.count += 1
-        if len(self._pending) >= BATCH_ROWS:
+        if len(self._pending) >= self.ROWS:
             self._flush()
 
     def extend(self, rows: Iterable[dict[str, Any]]) -> None:
@@ -254,12 +262,19 @@ class RowBatches:
 
     def _flush(self) -> None:
         if self._pending:
-            self._batches.append(pa.RecordBatch.from_pylist(self._pending, schema=self.schema))
+            batch = pa.RecordBatch.from_pylist(self._pending, schema=self.schema)
+            for index in self._repeated:
+                batch = batch.set_column(index, batch.schema.field(index).name, batch.column(index).dictionary_encode())
+            self._batches.append(batch)
             self._pending = []
 
-    def frame(self) -> pd.DataFrame:
+    def table(self) -> pa.Table:
+        """The rows (repeated text as dictionaries)."""
         self._flush()
-        return pa.Table.from_batches(self._batches, schema=self.schema).to_pandas()
+        return pa.Table.from_batches(self._batches) if self._batches else self.schema.empty_table()
+
+    def frame(self) -> pd.DataFrame:
+        return self.table().cast(self.schema).to_pandas()
 
 
 def frame_from_rows(rows: Iterable[dict[str, Any]], schema: pa.Schema, nested: Iterable[str] = ()) -> pd.DataFrame:
