@@ -534,7 +534,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--small-runs", type=int, default=3,
                         help="runs of the small example against Oloproof's, in turn (0: skip)")
-    parser.add_argument("--sizes", default="2400,10000", help="source-case counts, comma separated")
+    parser.add_argument("--sizes", default="2400,10000", help="source-case counts, comma separated (0 or empty: skip)")
     parser.add_argument("--huge", action="store_true", help="also N = 100,000")
     parser.add_argument("--vs-oloproof", action="store_true", help="Oloproof's own example side by side")
     parser.add_argument("--sleep-cases", type=int, default=2400, help="N for the sleeping desk (0: skip)")
@@ -547,7 +547,8 @@ def main() -> None:
         print(raw_loop(Path(arguments.raw_loop[0]), arguments.raw_loop[1]))
         return
 
-    sizes = [int(size) for size in arguments.sizes.split(",") if size.strip()]
+    # "0", like the other counts' 0, skips the sizes rather than building an empty suite
+    sizes = [int(size) for size in arguments.sizes.split(",") if size.strip() and int(size) > 0]
     if arguments.huge:
         sizes.append(100_000)
     workdir = arguments.workdir or Path(tempfile.mkdtemp(prefix="oloproof-bench-"))
