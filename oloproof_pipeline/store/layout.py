@@ -109,14 +109,12 @@ def write_table_file(path: Path, frame: pd.DataFrame | WritesParquet) -> None:
         else:
             frame.write_parquet(partial)
         partial.rename(path)
-    except OSError as error:
+    except BaseException as error:  # no half file left, whatever stopped the write
         with suppress(OSError):
             partial.unlink(missing_ok=True)
-        raise StorageWriteError(path, error) from None
-    except BaseException:  # a stored table it reads from cannot be read: no half file left
-        with suppress(OSError):
-            partial.unlink(missing_ok=True)
-        raise
+        if isinstance(error, OSError):  # a full disk, a read-only folder: one line naming the path
+            raise StorageWriteError(path, error) from None
+        raise  # e.g. a stored table it reads from cannot be read
 
 
 def write_text_file(path: Path, text: str | Iterable[str]) -> None:
