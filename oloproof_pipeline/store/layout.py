@@ -165,6 +165,11 @@ def report_panels_path(project_root: Path, version: str) -> Path:
     return reports_dir(project_root) / "panels" / f"{checked_partition(version)}.sqlite"
 
 
+def case_lines_path(project_root: Path) -> Path:
+    """The dataset's lines as last checked, by their text's digest (`store/case_lines.py`)."""
+    return output_dir(project_root) / "checked_case_lines.parquet"
+
+
 def journal_dir(project_root: Path) -> Path:
     return output_dir(project_root) / "journal"
 
