@@ -53,7 +53,7 @@ class LinesCheckedBefore:
             table = pq.read_table(path)
         except (OSError, pa.ArrowException):
             return None
-        if table.num_rows == 0 or table.column("checked_with")[0].as_py() != context:
+        if table.num_rows == 0 or "checked_with" not in table.column_names or table.column("checked_with")[0].as_py() != context:
             return None
         return cls(table)
 
