@@ -10,7 +10,7 @@ import atexit
 import gc
 import sys
 
-from .startup import imported_aside
+from ..model.collector import imported_aside
 
 with imported_aside():  # every command's modules, with the collector held off
     import logging

@@ -19,7 +19,7 @@ from ..store.stamps import unchanged_since, write_run_stamp
 from .launching import failed_launch_exit_code, instance_writes
 from .options import PROJECT_OPTION, CommandFailed
 from .render import Folded, compact_table, console, say
-from .startup import imported_aside
+from ..model.collector import imported_aside
 
 # The stamp of the last complete certification sits beside the versions' run stamps under this
 # name: the partition the certification's own records carry (run/certification.py).

@@ -23,7 +23,7 @@ from .gate import exit_with_document, gate_json, show_flagged_buckets, show_gate
 from .launching import failed_launch_exit_code, instance_writes, journal_progress, stdout_to_stderr
 from .options import JSON_OPTION, PROJECT_OPTION, RUN_VERSION_OPTION, SET_OPTION, CommandFailed, run_settings
 from .render import print_json, say, say_lines
-from .startup import imported_aside
+from ..model.collector import imported_aside
 
 if TYPE_CHECKING:  # Dagster is imported only once a launch is certain
     from ..defs.launch import EvaluationRun

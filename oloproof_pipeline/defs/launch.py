@@ -22,11 +22,10 @@ from dagster._core.definitions.repository_definition.valid_definitions import SI
 from dagster._core.remote_origin import RemoteJobOrigin, RemoteRepositoryOrigin
 from dagster._core.storage.tags import PARTITION_NAME_TAG
 
-from ..model.cases import load_cases
 from ..model.config import Project, check_release_policy
 from ..model.errors import PipelineError, ProjectError, SystemVersionMismatch
+from ..store.case_lines import checked_case_table
 from ..store.reuse import derived_copies
-from ..store.tables import case_table
 from ..project import load_project
 from ..run.certification import CERTIFICATION_RUN
 from ..run.system import SYSTEM_TAG, ResolvedSystem, resolve_system
@@ -175,8 +174,9 @@ def located_job_origin(project_root: Path, job: JobDefinition) -> RemoteJobOrigi
 def validated_cases(project: Project) -> Launched:
     """The cases, and their copies and labels, as the run will read them: a bad file fails
     here, before the run. The run's assets take these (`Launched`), so nothing is read or
-    derived twice; copies stored from these very inputs are reused, not derived again."""
-    cases = case_table(load_cases(project))
+    derived twice; copies stored from these very inputs are reused, not derived again, and
+    dataset lines checked before are not checked again (`checked_case_table`)."""
+    cases = checked_case_table(project)
     return Launched(project, cases, derived_copies(project, cases))
 
 

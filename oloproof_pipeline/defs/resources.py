@@ -11,13 +11,12 @@ import pandas as pd
 from dagster import Config, ConfigurableResource, InitResourceContext
 from pydantic import PrivateAttr
 
-from ..model.cases import load_cases
 from ..model.config import ExecutionConfig, Project
 from ..model.fingerprints import copies_inputs_digest
 from ..project import load_project
 from ..run.sandboxes import Sandboxes
+from ..store.case_lines import checked_case_table
 from ..store.reuse import Copies, derived_copies
-from ..store.tables import case_table
 from .instance import claim_instance
 
 
@@ -73,7 +72,7 @@ class EvaluationProject(ConfigurableResource):
         if self._launched is not None and self._launched.cases is not None:
             cases, self._launched.cases = self._launched.cases, None
             return cases
-        return case_table(load_cases(self.load()))
+        return checked_case_table(self.load())
 
     def copies(self, cases: pd.DataFrame) -> Copies:
         """The copies of `cases`: the launch's when made from these very cases, else reused or

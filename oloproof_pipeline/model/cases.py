@@ -7,11 +7,13 @@ problem, and the first bad file fails the load.
 from __future__ import annotations
 
 import glob
+import hashlib
 import json
 import math
 import re
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
@@ -183,14 +185,17 @@ def _json_object_line(path: Path, line_number: int, text: str) -> dict[str, Any]
     return value
 
 
-def read_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
-    """(line number, object) for each non-blank line; a bad line fails the whole file."""
-    rows = []
+def non_blank_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, text) of each non-blank line of a JSON-lines file."""
     # Split on newlines only, as a file is read by lines (a JSON string may hold U+2028).
     for line_number, text in enumerate(read_text_file(path).split("\n"), start=1):
         if text.strip():
-            rows.append((line_number, _json_object_line(path, line_number, text)))
-    return rows
+            yield line_number, text
+
+
+def read_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    """(line number, object) for each non-blank line; a bad line fails the whole file."""
+    return [(line_number, _json_object_line(path, line_number, text)) for line_number, text in non_blank_lines(path)]
 
 
 def load_snapshot(project: Project, name: str) -> dict[str, Any]:
@@ -206,14 +211,66 @@ def load_snapshot(project: Project, name: str) -> dict[str, Any]:
     return state
 
 
-def _check_group_ids_all_or_none(rows: list[tuple[Path, int, CaseRow]]) -> None:
+@dataclass(frozen=True)
+class SourceLine:
+    """A non-blank line of a dataset file, where it is and what it says."""
+
+    path: Path
+    file: str  # as the cases' table names it: relative to the project
+    number: int
+    text: str
+
+    @property
+    def key(self) -> str:
+        """The line's text as a digest: a line whose text is unchanged is the case it was."""
+        return hashlib.sha256(self.text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+@dataclass(frozen=True)
+class LineFacts:
+    """What the checks of the whole case set need of a valid line."""
+
+    case_id: str
+    declares_group: bool  # a `group_id` of its own
+    declares_state: bool  # an `initial_state` or a `snapshot`
+
+    @classmethod
+    def of(cls, row: CaseRow) -> "LineFacts":
+        return cls(row.id, row.group_id is not None, row.initial_state is not None or row.snapshot is not None)
+
+
+@dataclass
+class CheckedLines:
+    """Every line of the dataset, checked: each line with its facts and, unless it was known
+    (`load_case_lines`' `known`), its case. The case digests of known lines hold while
+    `declares_states` is what it was when they were made."""
+
+    lines: list[SourceLine]
+    facts: list[LineFacts]
+    cases: list[CaseRecord | None]
+    declares_states: bool
+
+    def new_cases(self) -> list[CaseRecord]:
+        return [case for case in self.cases if case is not None]
+
+
+def source_lines(project: Project) -> list[SourceLine]:
+    """The non-blank lines of every dataset file, in order."""
+    lines = []
+    for path in dataset_files(project):
+        file = str(path.relative_to(project.root))
+        lines.extend(SourceLine(path, file, number, text) for number, text in non_blank_lines(path))
+    return lines
+
+
+def _check_group_ids_all_or_none(lines: list[SourceLine], facts: list[LineFacts]) -> None:
     """As in Oloproof: a dataset declares `group_id` on every case or on none, since a case
     without one would silently be a cluster of its own."""
-    declared = [row.group_id is not None for _, _, row in rows]
+    declared = [each.declares_group for each in facts]
     if any(declared) and not all(declared):
-        path, line_number, _ = next(item for item, has_one in zip(rows, declared) if not has_one)
+        line = next(line for line, has_one in zip(lines, declared) if not has_one)
         raise ProjectError(
-            f"{path}:{line_number}: group_id: {sum(declared)} of {len(rows)} cases declare group_id; "
+            f"{line.path}:{line.number}: group_id: {sum(declared)} of {len(lines)} cases declare group_id; "
             "declare it on every case or on none"
         )
 
@@ -221,57 +278,77 @@ def _check_group_ids_all_or_none(rows: list[tuple[Path, int, CaseRow]]) -> None:
 def load_cases(project: Project) -> list[CaseRecord]:
     """Every source case of the dataset, validated, with its digest. Nothing is returned
     from a half-read dataset: the first bad file fails the load."""
-    rows: list[tuple[Path, int, CaseRow]] = []
-    first_seen: dict[str, tuple[Path, int]] = {}
+    return load_case_lines(project, source_lines(project)).new_cases()
+
+
+def load_case_lines(
+    project: Project, lines: list[SourceLine], known: Callable[[SourceLine], LineFacts | None] | None = None
+) -> CheckedLines:
+    """`lines` checked as one case set: each line's JSON and fields, no id twice, `group_id` on
+    all or none, the evaluators' paths; each a case with its digest. A line `known` gives the
+    facts of (a line checked before, with the evaluators as they are) is checked only with the
+    set, and made no case. Every bad line is a `file:line: field: what` problem; nothing is
+    returned from a half-read dataset."""
+    kept: list[SourceLine] = []
+    facts: list[LineFacts] = []
+    rows: list[CaseRow | None] = []
+    first_seen: dict[str, SourceLine] = {}
     problems: list[str] = []
-    for path in dataset_files(project):
-        for line_number, data in read_jsonl(path):
+    for line in lines:
+        facts_of_line = known(line) if known is not None else None
+        row = None
+        if facts_of_line is None:
+            data = _json_object_line(line.path, line.number, line.text)
             try:
                 row = CaseRow.model_validate(data)
             except ValidationError as error:
-                problems.extend(describe_validation_error(error, path, line=line_number))
+                problems.extend(describe_validation_error(error, line.path, line=line.number))
                 continue
-            if row.id in first_seen:
-                other_path, other_line = first_seen[row.id]
-                problems.append(f"{path}:{line_number}: id: {row.id!r} repeats the case at {other_path}:{other_line}")
-                continue
-            first_seen[row.id] = (path, line_number)
-            rows.append((path, line_number, row))
+            facts_of_line = LineFacts.of(row)
+        if facts_of_line.case_id in first_seen:
+            other = first_seen[facts_of_line.case_id]
+            problems.append(f"{line.path}:{line.number}: id: {facts_of_line.case_id!r} repeats the case at {other.path}:{other.number}")
+            continue
+        first_seen[facts_of_line.case_id] = line
+        kept.append(line)
+        facts.append(facts_of_line)
+        rows.append(row)
     if problems:
         raise ProjectError(problems)
-    _check_group_ids_all_or_none(rows)
+    _check_group_ids_all_or_none(kept, facts)
 
-    declares_states = any(row.initial_state is not None or row.snapshot is not None for _, _, row in rows)
-    cases = []
-    for path, line_number, row in rows:
-        try:
-            initial_state = load_snapshot(project, row.snapshot) if row.snapshot else row.initial_state
-        except ProjectError as error:
-            raise ProjectError(f"{path}:{line_number}: snapshot: {error}") from None
-        cases.append(
-            CaseRecord(
-                case_id=row.id,
-                case_digest=case_digest(
-                    input=row.input,
-                    expected=row.expected,
-                    metadata=row.metadata,
-                    group_id=row.group_id,
-                    initial_state=initial_state,
-                    include_initial_state=declares_states,
-                ),
-                group_id=row.group_id or row.id,
-                input=row.input,
-                initial_state=initial_state,
-                snapshot=row.snapshot,
-                expected=row.expected,
-                metadata=row.metadata,
-                events=row.events,
-                file=str(path.relative_to(project.root)),
-                line=line_number,
-            )
-        )
-    _check_evaluators_over(project, cases)
-    return cases
+    declares_states = any(each.declares_state for each in facts)
+    cases = [None if row is None else _case_of(project, line, row, declares_states) for line, row in zip(kept, rows)]
+    checked = CheckedLines(kept, facts, cases, declares_states)
+    _check_evaluators_over(project, checked.new_cases())
+    return checked
+
+
+def _case_of(project: Project, line: SourceLine, row: CaseRow, declares_states: bool) -> CaseRecord:
+    try:
+        initial_state = load_snapshot(project, row.snapshot) if row.snapshot else row.initial_state
+    except ProjectError as error:
+        raise ProjectError(f"{line.path}:{line.number}: snapshot: {error}") from None
+    return CaseRecord(
+        case_id=row.id,
+        case_digest=case_digest(
+            input=row.input,
+            expected=row.expected,
+            metadata=row.metadata,
+            group_id=row.group_id,
+            initial_state=initial_state,
+            include_initial_state=declares_states,
+        ),
+        group_id=row.group_id or row.id,
+        input=row.input,
+        initial_state=initial_state,
+        snapshot=row.snapshot,
+        expected=row.expected,
+        metadata=row.metadata,
+        events=row.events,
+        file=line.file,
+        line=line.number,
+    )
 
 
 def _check_evaluators_over(project: Project, cases: list[CaseRecord]) -> None:

@@ -50,7 +50,8 @@ PACKAGE = Path(__file__).resolve().parents[1]
 # Per kind of result, the parts of the package (folders or modules) whose code produces it.
 # Never `cli`, `read/` or `defs/`: they show and schedule results, they make none.
 PRODUCERS: dict[str, tuple[str, ...]] = {
-    "cases": ("model",),
+    # The lines' checks (the evaluators' among them) and the table's rows (store/case_lines.py).
+    "cases": ("model", "evaluators", "store/tables.py", "store/case_lines.py"),
     "copies": ("model",),  # the transforms
     # The runner, sandboxes, worker, tool box and systems layer; the records' shapes.
     "recordings": ("run", "toolbox.py", "model"),
@@ -360,6 +361,16 @@ def run_inputs_digest(project: Project) -> str:
     if project.settings:  # `--set` overrides are inputs too (absent otherwise: older stamps still match)
         body["settings"] = list(project.settings)
     return digest("run_inputs/v1", body)
+
+
+def case_lines_context(project: Project) -> str:
+    """What checking a dataset line and making its case depend on beyond the line's text: the
+    snapshots (a case may start from one), the evaluators (their paths are checked against each
+    case) and the code that checks lines and makes their rows."""
+    snapshots = project.root / "snapshots"
+    files = {relative_name(path, project.root): file_digest(path) for path in files_under(snapshots)} if snapshots.is_dir() else {}
+    body = {"snapshots": files, "evaluators": project.config.evaluators, "code": producer_code_version("cases")}
+    return digest("case_lines/v1", body)
 
 
 # -- metamorphic copies ----------------------------------------------------------------------

@@ -3,13 +3,12 @@ replaying and judging decode the few rows whose work is left, never a whole tabl
 
 from __future__ import annotations
 
-import gc
-from contextlib import contextmanager
 from typing import Iterable, Iterator
 
 from pydantic import BaseModel
 
 from ..model.cases import CaseRecord
+from ..model.collector import collection_paused
 from ..model.faults import FaultReplay
 from ..model.records import RecordedRun
 from .stored import StoredTable
@@ -17,23 +16,6 @@ from .tables import CASE_NESTED, CASES_SCHEMA, FAULT_REPLAY_NESTED, RUN_NESTED
 
 # Cases turned into models at a time, as the sandboxes take them.
 MODELS_AT_ONCE = 500
-
-
-@contextmanager
-def collection_paused() -> Iterator[None]:
-    """The cyclic garbage collector held off while rows are decoded. Decoding makes tens of
-    thousands of dicts, lists and models and no cycle among them, yet each few hundred it
-    makes set off a collection, and every so often one of the whole heap: at 2,400 cases
-    they cost about as much as parsing. A collection after finds whatever it would. Judging
-    holds it off for a whole chunk of clusters (`evaluators/judging.py`); nested, the
-    outermost turns it back on."""
-    was_on = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_on:
-            gc.enable()
 
 
 def _models(table: StoredTable, positions: Iterable[int], model: type[BaseModel], names: list[str], nested: Iterable[str]) -> dict:

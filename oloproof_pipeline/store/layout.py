@@ -109,14 +109,12 @@ def write_table_file(path: Path, frame: pd.DataFrame | WritesParquet) -> None:
         else:
             frame.write_parquet(partial)
         partial.rename(path)
-    except OSError as error:
+    except BaseException as error:  # no half file left, whatever stopped the write
         with suppress(OSError):
             partial.unlink(missing_ok=True)
-        raise StorageWriteError(path, error) from None
-    except BaseException:  # a stored table it reads from cannot be read: no half file left
-        with suppress(OSError):
-            partial.unlink(missing_ok=True)
-        raise
+        if isinstance(error, OSError):  # a full disk, a read-only folder: one line naming the path
+            raise StorageWriteError(path, error) from None
+        raise  # e.g. a stored table it reads from cannot be read
 
 
 def write_text_file(path: Path, text: str | Iterable[str]) -> None:
@@ -165,6 +163,11 @@ def compiled_templates_dir(project_root: Path) -> Path:
 def report_panels_path(project_root: Path, version: str) -> Path:
     """The case panels of a version's report as last rendered, by what each shows (`read/panels.py`)."""
     return reports_dir(project_root) / "panels" / f"{checked_partition(version)}.sqlite"
+
+
+def case_lines_path(project_root: Path) -> Path:
+    """The dataset's lines as last checked, by their text's digest (`store/case_lines.py`)."""
+    return output_dir(project_root) / "checked_case_lines.parquet"
 
 
 def journal_dir(project_root: Path) -> Path:

@@ -83,12 +83,16 @@ def taken_from(values: pa.Array | pa.ChunkedArray, positions: np.ndarray) -> lis
     return taken
 
 
-def _matching_rows(part: PinnedFile, column: str, value: Any) -> pa.Table:
+def _matching_rows(part: PinnedFile, column: str, value: Any, names: Iterable[str] | None = None) -> pa.Table:
     """The rows of a stored file whose `column` equals `value` (as Parquet's `==` filter: a
-    null never matches), read a column at a time: the whole table is never decoded at once."""
+    null never matches), read a column at a time (of `names` the file has; None: all): the
+    whole table is never decoded at once."""
     file = pq.ParquetFile(part.source())
     schema = file.schema_arrow
-    matches = pc.equal(file.read(columns=[column]).column(0), pa.scalar(value, schema.field(column).type))
+    if names is not None:
+        wanted = set(names)
+        schema = pa.schema([field for field in schema if field.name in wanted])
+    matches = pc.equal(file.read(columns=[column]).column(0), pa.scalar(value, file.schema_arrow.field(column).type))
     return pa.table([file.read(columns=[name]).column(0).filter(matches) for name in schema.names], schema=schema)
 
 
@@ -245,16 +249,19 @@ class StoredTable:
         """Every column (of `schema` when given, nulls for those the table lacks)."""
         return self.columns(*(schema.names if schema is not None else self.names))
 
-    def rows_where(self, column: str, value: Any, nested: Iterable[str] = ()) -> list[dict[str, Any]]:
-        """Every row whose `column` equals `value`, all its columns, JSON text parsed in `nested`.
-        Parquet's filter reads only those rows: the few FAILs of a large table, never all of it."""
+    def rows_where(self, column: str, value: Any, nested: Iterable[str] = (), names: Iterable[str] | None = None) -> list[dict[str, Any]]:
+        """Every row whose `column` equals `value`, its columns among `names` (None: all), JSON
+        text parsed in `nested`. Parquet's filter reads only those rows: the few FAILs of a
+        large table, never all of it."""
+        names = None if names is None else list(names)
         frames = []
         for part in self._parts:
             if isinstance(part, pd.DataFrame):
-                frames.append(part[part[column] == value])
+                matching = part[part[column] == value]
+                frames.append(matching if names is None else matching[[name for name in matching.columns if name in names]])
                 continue
             try:
-                frames.append(_matching_rows(part, column, value).to_pandas())
+                frames.append(_matching_rows(part, column, value, names).to_pandas())
             except (OSError, ValueError, pa.ArrowException) as error:
                 raise StoredTableError(part.path, _short_reason(error)) from None
         frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0] if frames else pd.DataFrame()

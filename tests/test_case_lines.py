@@ -1,0 +1,99 @@
+"""A launch checks again only the dataset lines it has not checked before, and the cases'
+table comes out as a check of every line makes it; a bad line is still one line naming file,
+line and field. Work is counted (lines made into cases), never timed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from oloproof_pipeline.model.cases import load_case_lines, load_cases, source_lines
+from oloproof_pipeline.model.fingerprints import case_lines_context
+from oloproof_pipeline.project import load_project
+from oloproof_pipeline.store.case_lines import LinesCheckedBefore, checked_case_table
+from oloproof_pipeline.store.tables import case_table
+
+from conftest import write_project
+from helpers import oloproof_in_process, tiny_stateful_app
+from test_bad_inputs import evidence, one_error_line
+
+
+def case(index: int, **fields) -> dict:
+    return {"id": f"c{index}", "input": {"n": index}, "expected": {"state": {"n": index}}, **fields}
+
+
+def write_cases(root: Path, cases: list[dict]) -> None:
+    (root / "data" / "cases.jsonl").write_text("".join(json.dumps(each) + "\n" for each in cases), encoding="utf-8")
+
+
+def checked_now(root: Path) -> list[str]:
+    """The ids of the lines a launch would check now (those not checked before)."""
+    project = load_project(root)
+    before = LinesCheckedBefore.read(root, case_lines_context(project))
+    checked = load_case_lines(project, source_lines(project), before.facts_of if before is not None else None)
+    return [each.case_id for each in checked.new_cases()]
+
+
+def assert_table_as_a_whole_check_makes_it(root: Path) -> pd.DataFrame:
+    project = load_project(root)
+    table = checked_case_table(project)
+    pd.testing.assert_frame_equal(table, case_table(load_cases(project)))
+    return table
+
+
+def test_a_launch_checks_again_only_the_lines_it_has_not_checked(tmp_path):
+    cases = [case(index, initial_state={"n": 0}) for index in range(4)]
+    root = write_project(tmp_path / "p", app=tiny_stateful_app(), cases=cases)
+    assert checked_now(root) == ["c0", "c1", "c2", "c3"]
+    assert_table_as_a_whole_check_makes_it(root)
+    assert checked_now(root) == []
+
+    # One case added at the top, one edited, one removed: the others keep their rows, with
+    # their lines' new numbers.
+    edited = {**cases[2], "metadata": {"tier": "gold"}}
+    write_cases(root, [case(9, initial_state={"n": 0}), cases[0], cases[1], edited])
+    assert checked_now(root) == ["c9", "c2"]
+    table = assert_table_as_a_whole_check_makes_it(root)
+    assert list(zip(table["case_id"], table["line"])) == [("c9", 1), ("c0", 2), ("c1", 3), ("c2", 4)]
+    assert checked_now(root) == []
+
+
+def test_what_a_line_means_beyond_its_text_has_every_line_checked_again(tmp_path):
+    cases = [case(0, snapshot="start"), case(1, snapshot="start")]
+    root = write_project(tmp_path / "p", app=tiny_stateful_app(), cases=cases)
+    (root / "snapshots").mkdir()
+    (root / "snapshots" / "start.json").write_text('{"n": 0}', encoding="utf-8")
+    assert_table_as_a_whole_check_makes_it(root)
+    (root / "snapshots" / "start.json").write_text('{"n": 1}', encoding="utf-8")  # the state they start from
+    assert checked_now(root) == ["c0", "c1"]
+    table = assert_table_as_a_whole_check_makes_it(root)
+    assert list(table["initial_state"]) == ['{"n":1}', '{"n":1}']
+
+    config = json.loads((root / "oloproof.yaml").read_text())
+    config["evaluators"].append({"type": "state_unchanged", "criterion": "kept", "paths": ["n"]})
+    (root / "oloproof.yaml").write_text(json.dumps(config), encoding="utf-8")  # its paths are checked against each case
+    assert checked_now(root) == ["c0", "c1"]
+
+
+def test_a_set_that_comes_to_declare_starting_states_digests_every_case_again(tmp_path):
+    root = write_project(tmp_path / "p", app=tiny_stateful_app(), cases=[case(0), case(1)])
+    digests = assert_table_as_a_whole_check_makes_it(root)["case_digest"].tolist()
+    write_cases(root, [case(0), case(1), case(2, initial_state={"n": 0})])
+    table = assert_table_as_a_whole_check_makes_it(root)
+    assert table["case_digest"].tolist()[:2] != digests  # every digest now covers the starting state
+
+
+def test_a_bad_line_among_lines_checked_before_is_one_error_line(evaluated_desk):
+    desk = evaluated_desk
+    assert checked_now(desk) == []  # its run checked every line
+    data = desk / "data" / "cases.jsonl"
+    lines = data.read_text(encoding="utf-8").splitlines()
+    before = evidence(desk)
+    data.write_text("\n".join([*lines, json.dumps({**json.loads(lines[0]), "id": 7})]) + "\n", encoding="utf-8")
+    one_error_line(oloproof_in_process("run", cwd=desk), 2, f"{data}:{len(lines) + 1}: id")
+    first = json.loads(lines[0])["id"]
+    data.write_text("\n".join([*lines, json.dumps({**json.loads(lines[1]), "id": first})]) + "\n", encoding="utf-8")
+    one_error_line(oloproof_in_process("run", cwd=desk), 2, f"{data}:{len(lines) + 1}: id: {first!r} repeats the case at {data}:1")
+    assert evidence(desk) == before
