@@ -16,6 +16,7 @@ from typing import Any, Callable, Generic, Iterable, Iterator, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from .layout import StorageWriteError, journal_path, sandbox_lock_path
+from .tables import REPEATED_TEXT
 
 # Warnings about stored evidence (a skipped journal line, a table rebuilt from its journal):
 # the CLI prints them as `warning:` lines; under Dagster they reach the step's log.
@@ -35,6 +36,13 @@ class JournalContents(Generic[Record]):
 @lru_cache(maxsize=None)
 def _member_name(name: str) -> str:
     return json.dumps(name) + ":"
+
+
+@lru_cache(maxsize=16)
+def _text_json(text: str) -> str:
+    """A text the same on nearly every row (REPEATED_TEXT: the code a recording was made
+    with, a few KiB) as JSON, made once rather than escaped again on every line."""
+    return json.dumps(text, ensure_ascii=False)
 
 
 class Journal:
@@ -68,8 +76,12 @@ class Journal:
         table row's nested values, store/tables.py): written as the JSON they are, not encoded
         again, so a finished row is encoded once for its table and its journal."""
         nested = [name for name in json_text if name in row]
-        plain = json.dumps({name: value for name, value in row.items() if name not in nested}, ensure_ascii=False)
-        members = ",".join(f"{_member_name(name)}{'null' if row[name] is None else row[name]}" for name in nested)
+        repeated = [name for name in REPEATED_TEXT if isinstance(row.get(name), str)]
+        plain = json.dumps({name: value for name, value in row.items() if name not in nested and name not in repeated}, ensure_ascii=False)
+        members = ",".join(
+            [f"{_member_name(name)}{'null' if row[name] is None else row[name]}" for name in nested]
+            + [f"{_member_name(name)}{_text_json(row[name])}" for name in repeated]
+        )
         if not members:
             return plain
         return plain[:-1] + ("," if plain != "{}" else "") + members + "}"
