@@ -265,18 +265,21 @@ class WorkerProcess:
             return message
 
     def _next_line(self, deadline: float) -> bytes:
-        while b"\n" not in self._buffer:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or not self._selector.select(remaining):
-                self.stop()
-                raise WorkerLost("timeout", "no answer in time")
-            chunk = self._channel.recv(1 << 16)
+        while (end := self._buffer.find(b"\n")) < 0:
+            try:  # what is there already (the caller mostly waited for it): no second wait
+                chunk = self._channel.recv(1 << 16, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not self._selector.select(remaining):
+                    self.stop()
+                    raise WorkerLost("timeout", "no answer in time") from None
+                continue
             if not chunk:
                 self.stop()
                 raise WorkerLost("system_crashed", describe_exit(None))
             self._buffer += chunk
-        line, _, rest = bytes(self._buffer).partition(b"\n")
-        self._buffer = bytearray(rest)
+        line = bytes(self._buffer[:end])
+        del self._buffer[: end + 1]
         return line
 
     @property
