@@ -20,7 +20,9 @@ from oloproof_pipeline.run.system import ResolvedSystem
 from oloproof_pipeline.run.trials import record_trial_table
 from oloproof_pipeline.store.journal import Journal
 from oloproof_pipeline.store.stored import StoredTable
-from oloproof_pipeline.store.tables import case_table
+from oloproof_pipeline.model.faults import FaultReplay
+from oloproof_pipeline.model.records import RecordedRun
+from oloproof_pipeline.store.tables import FAULT_REPLAY_NESTED, FAULT_REPLAYS_SCHEMA, RECORDED_RUNS_SCHEMA, RUN_NESTED, case_table, frame_from_rows
 
 from conftest import write_project
 
@@ -132,6 +134,25 @@ def test_a_declared_version_is_never_probed_the_recording_and_replay_workers_imp
     _, replayed_again = replay_fault_table(project, cases, StoredTable.of(runs), version="1.0.0", run_id="r4", system=launched)
     assert (again.new, again.reused, replayed_again.new, replayed_again.reused) == (0, 3, 0, 3)
     assert imports_of(imports) == 2
+
+
+def test_each_finished_row_is_journalled_as_the_values_its_table_holds(tmp_path):
+    """A row is encoded once for its table and its journal: the journal line carries the nested
+    values as the JSON they are (never as text of JSON), and the journals alone rebuild the
+    recordings and the replays tables cell for cell."""
+    root, _ = logged_project(tmp_path, TOOLBOX_APP)
+    project, cases = cases_of(root)
+    runs, _ = record_case_table(project, cases, version="1.0.0", run_id="r1")
+    replays, _ = replay_fault_table(project, cases, StoredTable.of(runs), version="1.0.0", run_id="r2")
+    for table, frame, model, schema, nested, member in (
+        ("recorded_runs", runs, RecordedRun, RECORDED_RUNS_SCHEMA, RUN_NESTED, "trajectory"),
+        ("fault_replays", replays, FaultReplay, FAULT_REPLAYS_SCHEMA, FAULT_REPLAY_NESTED, "faulted_trajectory"),
+    ):
+        lines = Journal.for_partition(root, table, "1.0.0").lines_of(model)
+        assert len(lines) == 3 and all(isinstance(line[member], dict) for line in lines)
+        rebuilt = frame_from_rows(lines, schema, nested)
+        by_case = lambda rows: rows.sort_values("case_id", ignore_index=True)  # noqa: E731 - in the order they finished
+        pd.testing.assert_frame_equal(by_case(rebuilt), by_case(frame[rebuilt.columns]), check_dtype=False, check_categorical=False)
 
 
 def test_a_system_reporting_another_version_than_declared_records_each_case_as_an_error(tmp_path):

@@ -282,8 +282,9 @@ class RecordingStage:
         trial, case = item
         run = lost_recording(case, result, self.version)
         run.recorded_by_run = self.run_id
-        row = self.row(recording_row(run, self.code, self.project.config), trial)
-        recordings.new[trial].add(row)
+        new = recordings.new[trial]
+        row = new.encoded(self.row(recording_row(run, self.code, self.project.config), trial))
+        new.add_encoded(row)
         recordings.summary.failed += run.status != OK
         if self.on_recorded is not None:
             self.on_recorded(run)

@@ -34,7 +34,8 @@ from .budget import BudgetExhausted
 from .local_sandboxes import SandboxTask, on_local_sandboxes
 from .spec import SandboxSettings
 from .channel import AnyTask, record_task
-from .supervisor import SupervisedSandbox, start_fork_server
+from .supervisor import SupervisedSandbox
+from .worker_processes import start_fork_server
 
 
 # One sandbox per Dask worker process, kept between the tasks of one fan-out: building a

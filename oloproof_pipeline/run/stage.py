@@ -51,6 +51,11 @@ class StoredWork:
     # the stage's table is written (store/assembly.py).
     plan_columns: tuple[str, ...] | None = None
 
+    @property
+    def json_text(self) -> tuple[str, ...]:
+        """The columns a finished row holds as JSON text (its nested values, encoded once)."""
+        return tuple(name for name in self.nested if name in self.schema.names)
+
     def journal(self, project: Project, version: str) -> Journal:
         return Journal.for_partition(project.root, self.table, version)
 
@@ -95,8 +100,9 @@ class Stage(Protocol[Plan, Result]):
         ...
 
     def finished(self, plan: Plan, item: Any, result: Any) -> Row:
-        """Note one item's result in the plan; the row to journal. A Dask worker that died
-        running the item gives its exception as the result."""
+        """Note one item's result in the plan; the row to journal, as the table holds it (its
+        nested values JSON text: `StoredWork.json_text`). A Dask worker that died running the
+        item gives its exception as the result."""
         ...
 
     def assemble(self, plan: Plan) -> Result:
@@ -177,13 +183,14 @@ def run_left(
     not_run: list[Any] = []
     items = until_reached(ledger, left.items, not_run) if ledger is not None else left.items
     stopped = 0
+    json_text = stage.stored.json_text
     with ExitStack() as opened:
         journal_line = None
         for item, result in in_sandboxes(settings, items, left.task, sandboxes=sandboxes):
             row = stage.finished(plan, item, result)
             if journal_line is None:
                 journal_line = opened.enter_context(journal.appending())
-            journal_line(row)
+            journal_line(Journal.line_text(row, json_text))
             if ledger is not None and not per_request:
                 ledger.add(row_totals(row))
             stopped += stopped_by_budget(row)
@@ -193,7 +200,7 @@ def run_left(
             reason = BudgetExhausted(not_run_error(ledger.reached() or "a ceiling reached"))
             journal_line = journal_line or opened.enter_context(journal.appending())
             for item in not_run:
-                journal_line(stage.finished(plan, item, reason))
+                journal_line(Journal.line_text(stage.finished(plan, item, reason), json_text))
     if not_run or stopped:
         cases = len(not_run) + stopped
         raise BudgetExhausted(

@@ -13,6 +13,7 @@ calls sys.exit().
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import selectors
@@ -152,6 +153,7 @@ def start(settings: SandboxSettings) -> tuple[SandboxRunner, SystemFacts]:
 
 def work(settings: SandboxSettings, channel: socket.socket) -> None:
     """A worker's life: build the system, then one case per line until the channel closes."""
+    gc.disable()  # importing and building the system: long-lived objects, next to no garbage
     try:
         runner, facts = start(settings)
     except ProjectError as error:
@@ -162,6 +164,8 @@ def work(settings: SandboxSettings, channel: socket.socket) -> None:
         problem = f"{where}: building {settings.spec.callable} failed: {type(error).__name__}: {error}"
         send(channel, WorkerMessage(failed=[problem]))
         leave()
+    gc.freeze()  # ... set aside from the collector's passes over what the cases make
+    gc.enable()
     send(channel, WorkerMessage(ready=facts))
     root = Path(settings.spec.project_root)
     imported_file_digests(root)  # each module's file read as soon as it is found imported
@@ -303,5 +307,15 @@ def fork_server(control: socket.socket) -> None:
         report_ended(channels)
 
 
+def serve_forks() -> None:
+    """The fork server's process (started by run/worker_processes.py, its channel's descriptor
+    its one argument). What its imports made is set aside from the collector's passes
+    (`gc.freeze`) before any worker is forked: never collected, so no worker copies the pages
+    it shares with the server by walking them."""
+    gc.freeze()
+    gc.enable()
+    fork_server(socket.socket(fileno=int(sys.argv[-1])))
+
+
 if __name__ == "__main__":
-    fork_server(socket.socket(fileno=int(sys.argv[1])))
+    serve_forks()

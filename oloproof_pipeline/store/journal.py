@@ -8,13 +8,15 @@ import logging
 import os
 import time
 from contextlib import contextmanager
+from functools import lru_cache
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Generic, Iterator, TypeVar
+from typing import Any, Callable, Generic, Iterable, Iterator, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from .layout import StorageWriteError, journal_path, sandbox_lock_path
+from .tables import REPEATED_TEXT
 
 # Warnings about stored evidence (a skipped journal line, a table rebuilt from its journal):
 # the CLI prints them as `warning:` lines; under Dagster they reach the step's log.
@@ -29,6 +31,18 @@ class JournalContents(Generic[Record]):
 
     records: list[Record] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+
+
+@lru_cache(maxsize=None)
+def _member_name(name: str) -> str:
+    return json.dumps(name) + ":"
+
+
+@lru_cache(maxsize=16)
+def _text_json(text: str) -> str:
+    """A text the same on nearly every row (REPEATED_TEXT: the code a recording was made
+    with, a few KiB) as JSON, made once rather than escaped again on every line."""
+    return json.dumps(text, ensure_ascii=False)
 
 
 class Journal:
@@ -57,6 +71,22 @@ class Journal:
             raise StorageWriteError(self.path, error) from None
 
     @staticmethod
+    def line_text(row: dict[str, Any], json_text: Iterable[str]) -> str:
+        """A row as its journal line, where the columns `json_text` hold JSON text already (a
+        table row's nested values, store/tables.py): written as the JSON they are, not encoded
+        again, so a finished row is encoded once for its table and its journal."""
+        nested = [name for name in json_text if name in row]
+        repeated = [name for name in REPEATED_TEXT if isinstance(row.get(name), str)]
+        plain = json.dumps({name: value for name, value in row.items() if name not in nested and name not in repeated}, ensure_ascii=False)
+        members = ",".join(
+            [f"{_member_name(name)}{'null' if row[name] is None else row[name]}" for name in nested]
+            + [f"{_member_name(name)}{_text_json(row[name])}" for name in repeated]
+        )
+        if not members:
+            return plain
+        return plain[:-1] + ("," if plain != "{}" else "") + members + "}"
+
+    @staticmethod
     def _ends_with_newline(handle) -> bool:
         handle.seek(-1, os.SEEK_END)
         last = handle.read(1)
@@ -65,7 +95,7 @@ class Journal:
 
     @contextmanager
     def appending(self, sync_every_s: float = 1.0) -> Iterator[Callable[[dict[str, Any]], None]]:
-        """`append` for many lines through one open file: each line is flushed as it is
+        """`append` for many lines (each a row, or its `line_text`) through one open file: each line is flushed as it is
         written, so a killed run keeps it (the kernel holds it), and synced to disk at most
         every `sync_every_s` and at the end: a sync per line would cost more than a fast
         system's case (only a machine losing power can lose the last second's lines)."""
@@ -79,13 +109,14 @@ class Journal:
             handle.seek(0, os.SEEK_END)
             ended = not handle.tell() or self._ends_with_newline(handle)
 
-            def write(row: dict[str, Any]) -> None:
+            def write(row: dict[str, Any] | str) -> None:
                 nonlocal synced, ended
                 try:
                     if not ended:
                         handle.write(b"\n")  # a line a killed run cut short: end it, or this one would join it
                         ended = True
-                    handle.write((json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8"))
+                    text = row if isinstance(row, str) else json.dumps(row, ensure_ascii=False)
+                    handle.write((text + "\n").encode("utf-8"))
                     handle.flush()
                     if time.monotonic() - synced >= sync_every_s:
                         os.fsync(handle.fileno())

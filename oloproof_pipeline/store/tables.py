@@ -250,8 +250,17 @@ class RowBatches:
         self._batches: list[pa.RecordBatch] = []
         self.count = 0
 
+    def encoded(self, row: dict[str, Any]) -> dict[str, Any]:
+        """`row` as the table holds it: each of its columns, nested values as JSON text (what a
+        journal line can carry as it is, so a finished row's values are encoded once)."""
+        return _prepared(row, self.schema, self.json_columns)
+
     def add(self, row: dict[str, Any]) -> None:
-        self._pending.append(_prepared(row, self.schema, self.json_columns))
+        self.add_encoded(self.encoded(row))
+
+    def add_encoded(self, row: dict[str, Any]) -> None:
+        """Add a row `encoded` already."""
+        self._pending.append(row)
         self.count += 1
         if len(self._pending) >= self.ROWS:
             self._flush()
