@@ -12,12 +12,14 @@ import os
 import signal
 import socket
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from oloproof_pipeline.model.cases import load_cases
 from oloproof_pipeline.project import load_project
+from oloproof_pipeline.run.local_sandboxes import Growth
 from oloproof_pipeline.run.recording import record_cases
 from oloproof_pipeline.store.journal import Journal
 from oloproof_pipeline.store.layout import table_path
@@ -26,10 +28,12 @@ from conftest import write_project
 from helpers import OLOPROOF, cli_environment, oloproof, tiny_stateful_app
 from test_system_isolation import journal_rows
 
-# A system that waits (as one calling a model does) 50 ms per case, far longer than the
-# pipeline's own handling of a case, however loaded the machine. It writes a line when a case
-# starts (with its process id) and one when it ends, each stamped with the machine's clock;
-# case CRASH_AT ends its process, case HANG_AT never returns.
+# A system that waits (as one calling a model does) 200 ms per case, far longer than the
+# pipeline's own handling of a case however loaded the machine: on a busy one each hand-over
+# between processes may wait tens of milliseconds for a core, and 50 ms cases then looked
+# like a fast system to Growth (its rule itself is pinned on given figures below). It writes
+# a line when a case starts (with its process id) and one when it ends, each stamped with the
+# machine's clock; case CRASH_AT ends its process, case HANG_AT never returns.
 WAITING_APP = tiny_stateful_app() + """
 import json
 import os
@@ -79,7 +83,7 @@ def with_concurrency(root: Path, system_at_once: int) -> Path:
 
 
 def waiting_project(root: Path, *, system_at_once: int) -> Path:
-    app = WAITING_APP.replace("WAIT_S", "0.05")  # no case but HANG_AT overruns the default 5 s deadline, however loaded
+    app = WAITING_APP.replace("WAIT_S", "0.2")  # no case but HANG_AT overruns the default 5 s deadline, however loaded
     return with_concurrency(write_project(root, app=app, cases=numbered_cases(TOTAL)), system_at_once)
 
 
@@ -168,7 +172,7 @@ def test_a_run_killed_on_several_sandboxes_is_resumed_never_calling_a_journalled
     calls the system again for those only, never for a case the killed run journalled."""
     listener = socket.create_server(("127.0.0.1", 0))
     listener.settimeout(120)
-    app = HELD_APP.replace("HELD_AT", str(HELD_AT)).replace("PORT", str(listener.getsockname()[1])).replace("WAIT_S", "0.05")
+    app = HELD_APP.replace("HELD_AT", str(HELD_AT)).replace("PORT", str(listener.getsockname()[1])).replace("WAIT_S", "0.2")
     assert "held.recv(1)" in app
     root = with_concurrency(write_project(tmp_path / "killed", app=app, cases=numbered_cases(TOTAL)), 4)
     run = subprocess.Popen([OLOPROOF, "run", "--project", str(root)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -192,3 +196,54 @@ def test_a_run_killed_on_several_sandboxes_is_resumed_never_calling_a_journalled
     again = {case for case, count in called.items() if count > 1}
     assert f"c{HELD_AT:03d}" in again and not again & journalled  # a journalled case is never called again
     assert len(again) <= 4 and all(count == 2 for count in called.values() if count > 1)
+
+
+# Growth's rule on given measurements (no clock, no processes): what it decides follows from
+# the figures alone, so these hold however loaded the machine. Each result arrives as the
+# driver would see it: every `per_case / sandboxes` seconds when the sandboxes set the pace
+# (or every `per_case` whatever the sandboxes, for cases that slow each other down), never
+# faster than the driver's own work on a result.
+@dataclass(frozen=True)
+class SystemResult:
+    duration_s: float
+
+
+def sandboxes_over_time(most: int, *, system_s: float, pipeline_s: float, driver_s: float,
+                        cases: int = 200, cases_share_cores: bool = False) -> list[int]:
+    growth, sandboxes, newest, counts = Growth(most), 1, True, []
+    now = 0.0
+    for _ in range(cases):
+        per_result = system_s + pipeline_s if cases_share_cores else (system_s + pipeline_s) / sandboxes
+        interval = max(driver_s, per_result)
+        now += interval
+        # Cases sharing cores each take as much longer as there are sandboxes.
+        measured_s = system_s * sandboxes if cases_share_cores else system_s
+        growth.observe(SystemResult(measured_s), now, waited_s=interval - driver_s, newest=newest)
+        wanted = growth.wanted(sandboxes, now)
+        newest = wanted > sandboxes
+        sandboxes = wanted
+        counts.append(sandboxes)
+    return counts
+
+
+def test_growth_gives_a_waiting_system_every_sandbox_allowed_within_a_few_windows():
+    """A system waiting 50 ms a case beside 1 ms of pipeline work: more sandboxes pay, each
+    step at most doubling, up to `concurrency.system` and never past it."""
+    counts = sandboxes_over_time(4, system_s=0.05, pipeline_s=0.001, driver_s=0.0005)
+    steps = [count for n, count in enumerate(counts) if n == 0 or count != counts[n - 1]]
+    assert steps == [1, 2, 4] and counts.index(4) < 40 and max(counts) == 4
+    assert max(sandboxes_over_time(32, system_s=0.05, pipeline_s=0.001, driver_s=0.0005)) <= 32
+
+
+def test_growth_keeps_a_fast_system_or_a_busy_driver_on_one_sandbox():
+    """Where the pipeline's handling is a third or more of each case, or the driver is what
+    sets the pace, another sandbox would only contend for it."""
+    assert set(sandboxes_over_time(8, system_s=0.00005, pipeline_s=0.0008, driver_s=0.0003)) == {1}
+    assert set(sandboxes_over_time(8, system_s=0.05, pipeline_s=0.001, driver_s=0.06)) == {1}
+
+
+def test_growth_stops_adding_sandboxes_that_did_not_pay():
+    """Cases that slow each other down (a CPU-bound system) bring no more results per second
+    on two sandboxes than on one: the second stays, no third ever comes."""
+    counts = sandboxes_over_time(8, system_s=0.05, pipeline_s=0.001, driver_s=0.0005, cases_share_cores=True)
+    assert max(counts) == 2 and counts[-1] == 2
