@@ -31,7 +31,8 @@ from oloproof_pipeline.model.modules import load_callable
 from oloproof_pipeline.project import load_project
 from oloproof_pipeline.run.runner import SandboxRunner
 from oloproof_pipeline.run.sandboxes import record_each
-from oloproof_pipeline.run.supervisor import probe_system, stop_fork_server
+from oloproof_pipeline.run.supervisor import probe_system
+from oloproof_pipeline.run.worker_processes import stop_fork_server
 from oloproof_pipeline.run.system import system_spec
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "example_project" / "stateful_agent"

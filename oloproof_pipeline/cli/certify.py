@@ -46,7 +46,7 @@ def certify(
         say(f"The cases' certification is up to date: nothing changed since Dagster run {stamp.run_id} completed at "
             f"{stamp.finished_at}; no run launched (--launch runs it anyway).")
         show_certification(stamp.run_id, frame)
-    from ..run.supervisor import start_fork_server  # the system layer (httpx): only once the files are good
+    from ..run.worker_processes import start_fork_server  # the system layer (httpx): only once the files are good
 
     start_fork_server()
     with imported_aside():

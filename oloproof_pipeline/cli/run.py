@@ -67,7 +67,7 @@ def run(
     if shown_unchanged(declared):
         return
     with imported_aside():
-        from ..run.supervisor import start_fork_server  # the system layer (httpx): only a launch needs it
+        from ..run.worker_processes import start_fork_server  # the system layer (httpx): only a launch needs it
         from ..run.system import resolve_system  # the system layer, as above
 
     start_fork_server()  # the system's worker processes get ready while Dagster is imported

@@ -29,10 +29,9 @@ from ..model.records import RecordedRun, ReplayResult
 from ..model.trajectory import Checkpoint, ToolChange, Trajectory
 from .channel import AnyTask, EncodedTask, ReplayTask, StoredCase, SystemFacts, WorkerMessage, numbered, record_task, task_line
 from .spec import SandboxSettings, SystemSpec
-# start_fork_server and stop_fork_server are the launch's (cli/) and scripts' way in, as ever.
-from .worker_processes import KILL_GRACE_S, WorkerLost, WorkerProcess, start_fork_server, stop_fork_server
+from .worker_processes import KILL_GRACE_S, WorkerLost, WorkerProcess
 
-__all__ = ["SupervisedSandbox", "SystemFacts", "probe_system", "replay_result", "start_fork_server", "stop_fork_server"]
+__all__ = ["SupervisedSandbox", "SystemFacts", "probe_system", "replay_result"]
 
 
 def pipeline_failed(problem: str) -> PipelineError:
