@@ -89,10 +89,21 @@ VERDICT_COLUMNS = (
 DETAILS: TypeAdapter[Any] = TypeAdapter(Any)
 
 
+# While judged, a verdict column whose values repeat from row to row (a case's verdicts share
+# its id, digest and recording; a run, an evaluator, a reason or details recur across cases)
+# is held as a dictionary: each distinct value once per batch. Only the inputs key is unique.
+UNIQUE_VERDICT_COLUMNS = frozenset({"inputs_key"})
+COMPACT_VERDICTS_SCHEMA = pa.schema([
+    field if field.name in UNIQUE_VERDICT_COLUMNS else pa.field(field.name, pa.dictionary(pa.int32(), field.type))
+    for field in VERDICTS_SCHEMA
+])
+
+
 class VerdictColumns:
     """Verdict rows gathered as plain tuples (no dict per row), turned into Arrow record batches
     a column at a time every `BATCH_ROWS` rows (so a large table never exists as Python
-    strings all at once), then one DataFrame of `VERDICTS_SCHEMA` (a column it lacks, nulls)."""
+    strings all at once), repeated text held as dictionaries (`COMPACT_VERDICTS_SCHEMA`), then
+    one table of `VERDICTS_SCHEMA` (a column it lacks, nulls)."""
 
     def __init__(self) -> None:
         self._rows: list[tuple[Any, ...]] = []
@@ -120,14 +131,20 @@ class VerdictColumns:
             filled = dict(zip(VERDICT_COLUMNS, zip(*self._rows)))
             arrays = [
                 pa.array(filled[field.name], type=field.type) if field.name in filled else pa.nulls(len(self._rows), field.type)
-                for field in VERDICTS_SCHEMA
+                for field in COMPACT_VERDICTS_SCHEMA
             ]
-            self._batches.append(pa.RecordBatch.from_arrays(arrays, schema=VERDICTS_SCHEMA))
+            self._batches.append(pa.RecordBatch.from_arrays(arrays, schema=COMPACT_VERDICTS_SCHEMA))
             self._rows = []
 
-    def frame(self) -> pd.DataFrame:
+    def compact(self) -> pa.Table:
+        """The rows as they are held (repeated text as dictionaries): what a table assembled from
+        them reads a row group at a time (store/assembly.py decodes the dictionaries)."""
         self._flush()
-        return pa.Table.from_batches(self._batches, schema=VERDICTS_SCHEMA).to_pandas()
+        batches, self._batches = self._batches, []
+        return pa.Table.from_batches(batches, schema=COMPACT_VERDICTS_SCHEMA)
+
+    def frame(self) -> pd.DataFrame:
+        return self.compact().cast(VERDICTS_SCHEMA).to_pandas()
 
 
 def judge_cases(
@@ -297,25 +314,27 @@ class VerdictSummary:
 
 
 def why_judged(wanted: WantedVerdicts, entries: np.ndarray, positions: np.ndarray, stored: StoredTable, summary: VerdictSummary) -> None:
-    """Per verdict judged now, why no stored verdict could be reused."""
+    """Per verdict judged now, why no stored verdict could be reused (the stored keys read only
+    at the rows of those judged again)."""
     known_criteria = set(stored.columns("criterion")["criterion"].unique().tolist()) if stored.exists else set()
-    stored_keys = stored.columns("evaluator_digest", "recording_key", "inputs_key") if stored.exists else None
-    evaluator_digests = null_to_none(stored_keys["evaluator_digest"]) if stored_keys is not None else []
-    recordings = null_to_none(stored_keys["recording_key"]) if stored_keys is not None else []
-    inputs = null_to_none(stored_keys["inputs_key"]) if stored_keys is not None else []
-    for entry in entries.tolist():
-        criterion, position = wanted.criteria[entry], int(positions[entry])
+    stored_at = positions[entries]
+    again = stored_at[stored_at >= 0]
+    keys = stored.columns("evaluator_digest", "recording_key", "inputs_key").iloc[again] if len(again) else None
+    stored_keys = zip(*(null_to_none(keys[name]) for name in keys.columns)) if keys is not None else iter(())
+    for entry, position in zip(entries.tolist(), stored_at.tolist()):
+        criterion = wanted.criteria[entry]
         if position < 0:
             reason = "new case" if criterion in known_criteria or not known_criteria else "new evaluator"
             summary.why[(criterion, JUDGED, reason)] += 1
             continue
-        if evaluator_digests[position] is None:
+        evaluator_digest, recording, inputs = next(stored_keys)
+        if evaluator_digest is None:
             reason = "no cache key stored with the verdict"
-        elif inputs[position] is None:
+        elif inputs is None:
             reason = "its judge did not answer last time"
-        elif evaluator_digests[position] != wanted.evaluator_digests[entry]:
+        elif evaluator_digest != wanted.evaluator_digests[entry]:
             reason = "evaluator changed"
-        elif recordings[position] != wanted.recording_keys[entry]:
+        elif recording != wanted.recording_keys[entry]:
             reason = "recording changed"
         else:
             reason = "fault replay or the source's recording changed"
@@ -397,14 +416,14 @@ def judge_wanted(
     *,
     version: str,
     judged_by_run: str,
-) -> tuple[pd.DataFrame, list[int]]:
+) -> tuple[pa.Table, list[int]]:
     """Verdict rows for the wanted `entries` (case and criterion), a chunk of clusters at a
     time, only the chunk's cases, recordings and replays decoded while it is judged; and each
     row's place in the table (its entry: case, then evaluator)."""
     columns = VerdictColumns()
     slots: list[int] = []
     if not len(entries):
-        return columns.frame(), slots
+        return columns.compact(), slots
     run_positions = {case_id: position for position, case_id in enumerate(null_to_none(runs.columns("case_id")["case_id"]))}
     replay_positions = replay_rows(replays)
     for chunk_entries in chunks_of_clusters(wanted, entries, case_keys):
@@ -415,7 +434,7 @@ def judge_wanted(
             judge_chunk(project, cases, runs, replays, wanted, chunk_entries.tolist(), run_positions, replay_positions,
                         columns, version=version, judged_by_run=judged_by_run)
         slots.extend(chunk_entries.tolist())
-    return columns.frame(), slots
+    return columns.compact(), slots
 
 
 def judge_chunk(

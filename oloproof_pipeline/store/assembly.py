@@ -120,7 +120,12 @@ def _whole_columns(source: Source, names: list[str]) -> pd.DataFrame:
         return source.columns(*names)
     if isinstance(source, pd.DataFrame):
         return source.reindex(columns=names)
-    return pa.table([source.column(name) if name in source.column_names else pa.nulls(source.num_rows) for name in names], names=names).to_pandas()
+    return pa.table([_decoded(source.column(name)) if name in source.column_names else pa.nulls(source.num_rows) for name in names], names=names).to_pandas()
+
+
+def _decoded(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """A column held as a dictionary (rows kept compact while made) as its plain values."""
+    return column.cast(column.type.value_type) if pa.types.is_dictionary(column.type) else column
 
 
 class _Reader:
