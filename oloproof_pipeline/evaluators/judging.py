@@ -12,16 +12,17 @@ from __future__ import annotations
 
 import inspect
 import sys
-from collections import Counter
+from collections import Counter, OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-from pydantic import TypeAdapter
+import pyarrow.compute as pc
+from pydantic import BaseModel, TypeAdapter
 
 from ..model.cases import CaseRecord
 from ..model.config import Project
@@ -269,14 +270,30 @@ def verdict_keys(project: Project, cases: pd.DataFrame, runs: StoredTable, repla
 def stored_positions(wanted: WantedVerdicts, stored: StoredTable) -> np.ndarray:
     """Per wanted entry, the row of the stored verdicts for the same case and criterion (-1:
     none). A table that lines up with the wanted entries (a rerun with the same cases and
-    evaluators) is matched by position, without building an index of it."""
+    evaluators) is matched by position, without building an index of it; any other is
+    matched in Arrow, each stored row's case and criterion turned into the entry they name."""
     if not stored.exists or not len(stored):
         return np.full(len(wanted), -1)
     previous = stored.columns("case_id", "criterion")
-    if len(previous) == len(wanted) and (
-        previous["case_id"].to_numpy(dtype=object) == wanted.case_ids
-    ).all() and (previous["criterion"].to_numpy(dtype=object) == wanted.criteria).all():
+    stored_cases, stored_criteria = pa.array(previous["case_id"]), pa.array(previous["criterion"])
+    wanted_cases = wanted.case_ids[:: max(wanted.evaluators, 1)]
+    criteria = wanted.criteria[: wanted.evaluators]
+    if len(previous) == len(wanted) and pc.all(pc.equal(stored_cases, pa.array(wanted.case_ids, pa.string()))).as_py() and pc.all(
+        pc.equal(stored_criteria, pa.array(wanted.criteria, pa.string()))
+    ).as_py():
         return np.arange(len(wanted))
+    if len(set(wanted_cases.tolist())) < len(wanted_cases) or len(set(criteria.tolist())) < len(criteria):
+        return _positions_by_key(wanted, previous)  # the same key twice: each entry finds the last stored row
+    case_at = pc.index_in(stored_cases, value_set=pa.array(wanted_cases, pa.string())).fill_null(-1).to_numpy()
+    criterion_at = pc.index_in(stored_criteria, value_set=pa.array(criteria, pa.string())).fill_null(-1).to_numpy()
+    named = np.flatnonzero((case_at >= 0) & (criterion_at >= 0))
+    positions = np.full(len(wanted), -1, dtype=np.int64)
+    # A stored table with a key twice (it should have none) keeps its last row, as an index would.
+    positions[case_at[named] * wanted.evaluators + criterion_at[named]] = named
+    return positions
+
+
+def _positions_by_key(wanted: WantedVerdicts, previous: pd.DataFrame) -> np.ndarray:
     at = {key: position for position, key in enumerate(zip(null_to_none(previous["case_id"]), null_to_none(previous["criterion"])))}
     return np.array([at.get(key, -1) for key in zip(wanted.case_ids.tolist(), wanted.criteria.tolist())], dtype=np.int64)
 
@@ -366,9 +383,10 @@ def judge_verdict_rows(
     wanted = verdict_keys(project, case_keys, runs, replays, version)
     positions = stored_positions(wanted, stored)
     reuse = positions >= 0
-    if reuse.any():
-        stored_inputs = stored.columns("inputs_key")["inputs_key"].to_numpy(dtype=object)
-        reuse[reuse] = stored_inputs[positions[reuse]] == np.array(wanted.inputs_keys, dtype=object)[reuse]
+    if reuse.any():  # compared in Arrow: no Python string per stored key
+        stored_inputs = pa.array(stored.columns("inputs_key")["inputs_key"], pa.string()).take(pa.array(positions[reuse]))
+        wanted_inputs = pa.array([wanted.inputs_keys[entry] for entry in np.flatnonzero(reuse).tolist()], pa.string())
+        reuse[reuse] = pc.equal(stored_inputs, wanted_inputs).fill_null(False).to_numpy(zero_copy_only=False)
     summary = VerdictSummary(reused=int(reuse.sum()))
     entries = np.flatnonzero(~reuse)
     why_judged(wanted, entries, positions, stored, summary)
@@ -426,13 +444,14 @@ def judge_wanted(
         return columns.compact(), slots
     run_positions = {case_id: position for position, case_id in enumerate(null_to_none(runs.columns("case_id")["case_id"]))}
     replay_positions = replay_rows(replays)
+    runs_by_group, replays_by_group = GroupedRows(runs, RecordedRun), GroupedRows(replays, FaultReplay)
     for chunk_entries in chunks_of_clusters(wanted, entries, case_keys):
         # The collector is held off while a chunk is decoded and judged: its models, verdicts
         # and rows make no cycle, yet set off collections (some of the whole heap) costing a
         # tenth of judging. It runs between chunks: a grader's own garbage waits one chunk.
         with collection_paused():
-            judge_chunk(project, cases, runs, replays, wanted, chunk_entries.tolist(), run_positions, replay_positions,
-                        columns, version=version, judged_by_run=judged_by_run)
+            judge_chunk(project, cases, runs_by_group, replays_by_group, wanted, chunk_entries.tolist(), run_positions,
+                        replay_positions, columns, version=version, judged_by_run=judged_by_run)
         slots.extend(chunk_entries.tolist())
     return columns.compact(), slots
 
@@ -440,8 +459,8 @@ def judge_wanted(
 def judge_chunk(
     project: Project,
     cases: StoredTable,
-    runs: StoredTable,
-    replays: StoredTable,
+    runs: "GroupedRows",
+    replays: "GroupedRows",
     wanted: WantedVerdicts,
     chunk: list[int],
     run_positions: dict[str, int],
@@ -459,15 +478,11 @@ def judge_chunk(
     needed_runs = {case.case_id for case in chunk_cases.values()} | {
         case.source_id for case in chunk_cases.values() if case.source_id
     }
-    recordings = {
-        run.case_id: run
-        for run in run_models(runs, [run_positions[case_id] for case_id in needed_runs if case_id in run_positions]).values()
-    }
+    run_rows = [run_positions[case_id] for case_id in needed_runs if case_id in run_positions]
+    recordings = {run.case_id: run for run in runs.models(run_models, run_rows).values()}
     replay_keys_wanted = zip(wanted.case_ids[chunk].tolist(), wanted.criteria[chunk].tolist())
-    chunk_replays = {
-        (replay.case_id, replay.criterion): replay
-        for replay in replay_models(replays, [replay_positions[key] for key in replay_keys_wanted if key in replay_positions]).values()
-    }
+    replay_rows_wanted = [replay_positions[key] for key in replay_keys_wanted if key in replay_positions]
+    chunk_replays = {(replay.case_id, replay.criterion): replay for replay in replays.models(replay_models, replay_rows_wanted).values()}
     context = JudgingContext(
         cases={case.case_id: case for case in chunk_cases.values()},
         recordings=recordings,
@@ -493,3 +508,42 @@ def replay_rows(replays: StoredTable) -> dict[tuple[str, str], int]:
         return {}
     keys = replays.columns("case_id", "criterion")
     return {key: position for position, key in enumerate(zip(null_to_none(keys["case_id"]), null_to_none(keys["criterion"])))}
+
+
+class GroupedRows:
+    """A stored table's rows decoded for a chunk: a table of several row groups (the recordings)
+    a row group at a time, only the groups holding the rows asked for, the last few kept (the
+    next chunks' rows mostly lie in them), so judging never holds its large columns whole; any
+    other as `StoredTable` reads it, a column at a time."""
+
+    # A chunk's rows lie in three runs of the table (its sources, and each transform's copies),
+    # each in one row group or across two.
+    GROUPS_KEPT = 6
+
+    def __init__(self, table: StoredTable, model: type[BaseModel]):
+        self.table = table
+        self.groups = table.row_groups() if table.exists and len(table) else None
+        self.names = [name for name in model.model_fields if name in table.names] if self.groups is not None else []
+        self.kept: OrderedDict[int, StoredTable] = OrderedDict()
+
+    def models(self, decode: Callable[[StoredTable, list[int]], dict[int, Any]], positions: list[int]) -> dict[int, Any]:
+        """Position -> the model there, as `decode` (a `store.decoding` function) makes it."""
+        if self.groups is None or len(self.groups.starts) < 2 or not positions:
+            return decode(self.table, positions)
+        wanted = np.unique(np.asarray(positions, dtype=np.int64))
+        group_of = np.searchsorted(self.groups.starts, wanted, side="right") - 1
+        found: dict[int, Any] = {}
+        for group in np.unique(group_of).tolist():
+            start = int(self.groups.starts[group])
+            local = (wanted[group_of == group] - start).tolist()
+            found.update((start + position, model) for position, model in decode(self._group(group), local).items())
+        return found
+
+    def _group(self, group: int) -> StoredTable:
+        if group in self.kept:
+            self.kept.move_to_end(group)
+        else:
+            self.kept[group] = StoredTable.of(self.groups.read(group, self.names).to_pandas())
+            while len(self.kept) > self.GROUPS_KEPT:
+                self.kept.popitem(last=False)
+        return self.kept[group]
