@@ -234,7 +234,8 @@ class WantedVerdicts:
     criteria: np.ndarray
     evaluator_digests: np.ndarray
     recording_keys: np.ndarray
-    inputs_keys: list[str]
+    # Each a `row_key` (32 characters), one after another in one buffer: no Python string each.
+    inputs_keys: pa.StringArray
     evaluators: int
 
     def __len__(self) -> int:
@@ -251,20 +252,29 @@ def verdict_keys(project: Project, cases: pd.DataFrame, runs: StoredTable, repla
     source = [recordings.get(source_id) if source_id else None for source_id in null_to_none(cases["source_id"])]
     criteria = [evaluator.criterion for evaluator in project.evaluators]
     digests = evaluator_digests(project)
-    inputs = [
-        row_key("verdict", digest, recording, source_recording, replayed.get((case_id, criterion)))
-        for case_id, recording, source_recording in zip(case_ids, own, source)
-        for criterion, digest in zip(criteria, digests)
-    ]
+    inputs = bytearray()
+    for case_id, recording, source_recording in zip(case_ids, own, source):
+        for criterion, digest in zip(criteria, digests):
+            inputs += row_key("verdict", digest, recording, source_recording, replayed.get((case_id, criterion))).encode()
     count = len(criteria)
     return WantedVerdicts(
         case_ids=np.repeat(np.array(case_ids, dtype=object), count),
         criteria=np.tile(np.array(criteria, dtype=object), len(case_ids)),
         evaluator_digests=np.tile(np.array(digests, dtype=object), len(case_ids)),
         recording_keys=np.repeat(np.array(own, dtype=object), count),
-        inputs_keys=inputs,
+        inputs_keys=fixed_width_text(inputs, KEY_CHARACTERS),
         evaluators=count,
     )
+
+
+KEY_CHARACTERS = 32  # a `row_key`'s length
+
+
+def fixed_width_text(text: bytearray, width: int) -> pa.StringArray:
+    """ASCII values of one width, written one after another, as an Arrow text column (no copy)."""
+    count = len(text) // width
+    offsets = np.arange(0, (count + 1) * width, width, dtype=np.int32)
+    return pa.Array.from_buffers(pa.string(), count, [None, pa.py_buffer(offsets), pa.py_buffer(text)])
 
 
 def stored_positions(wanted: WantedVerdicts, stored: StoredTable) -> np.ndarray:
@@ -381,11 +391,13 @@ def judge_verdict_rows(
     judged now. In case then evaluator order."""
     case_keys = cases.columns("case_id", "source_id", "group_id")
     wanted = verdict_keys(project, case_keys, runs, replays, version)
+    for keyed in (runs, replays):  # the columns their keys were made of: judging reads others
+        keyed.forget()
     positions = stored_positions(wanted, stored)
     reuse = positions >= 0
     if reuse.any():  # compared in Arrow: no Python string per stored key
         stored_inputs = pa.array(stored.columns("inputs_key")["inputs_key"], pa.string()).take(pa.array(positions[reuse]))
-        wanted_inputs = pa.array([wanted.inputs_keys[entry] for entry in np.flatnonzero(reuse).tolist()], pa.string())
+        wanted_inputs = wanted.inputs_keys.take(pa.array(np.flatnonzero(reuse)))
         reuse[reuse] = pc.equal(stored_inputs, wanted_inputs).fill_null(False).to_numpy(zero_copy_only=False)
     summary = VerdictSummary(reused=int(reuse.sum()))
     entries = np.flatnonzero(~reuse)
@@ -434,14 +446,14 @@ def judge_wanted(
     *,
     version: str,
     judged_by_run: str,
-) -> tuple[pa.Table, list[int]]:
+) -> tuple[pa.Table, np.ndarray]:
     """Verdict rows for the wanted `entries` (case and criterion), a chunk of clusters at a
     time, only the chunk's cases, recordings and replays decoded while it is judged; and each
     row's place in the table (its entry: case, then evaluator)."""
     columns = VerdictColumns()
-    slots: list[int] = []
+    slots: list[np.ndarray] = []
     if not len(entries):
-        return columns.compact(), slots
+        return columns.compact(), np.array([], dtype=np.int64)
     run_positions = {case_id: position for position, case_id in enumerate(null_to_none(runs.columns("case_id")["case_id"]))}
     replay_positions = replay_rows(replays)
     runs_by_group, replays_by_group = GroupedRows(runs, RecordedRun), GroupedRows(replays, FaultReplay)
@@ -452,8 +464,8 @@ def judge_wanted(
         with collection_paused():
             judge_chunk(project, cases, runs_by_group, replays_by_group, wanted, chunk_entries.tolist(), run_positions,
                         replay_positions, columns, version=version, judged_by_run=judged_by_run)
-        slots.extend(chunk_entries.tolist())
-    return columns.compact(), slots
+        slots.append(chunk_entries)
+    return columns.compact(), np.concatenate(slots)
 
 
 def judge_chunk(
@@ -490,9 +502,10 @@ def judge_chunk(
     )
     pairs = [(evaluators[entry % wanted.evaluators], chunk_cases[entry // wanted.evaluators]) for entry in chunk]
     verdicts = judged(pairs, context, project.config.concurrency.judge)
-    for entry, (evaluator, case), verdict in zip(chunk, pairs, verdicts):
+    inputs_keys = wanted.inputs_keys.take(pa.array(chunk, pa.int64())).to_pylist()
+    for entry, inputs_key, (evaluator, case), verdict in zip(chunk, inputs_keys, pairs, verdicts):
         # A verdict that is not reusable (a judge that could not be reached) keeps no key.
-        inputs_key = wanted.inputs_keys[entry] if evaluator.reusable(verdict) else None
+        inputs_key = inputs_key if evaluator.reusable(verdict) else None
         keys = (wanted.evaluator_digests[entry], wanted.recording_keys[entry], inputs_key)
         columns.add(verdict, case, context, version, judged_by_run, keys)
 
