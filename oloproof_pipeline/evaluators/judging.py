@@ -285,7 +285,7 @@ def stored_positions(wanted: WantedVerdicts, stored: StoredTable) -> np.ndarray:
     if not stored.exists or not len(stored):
         return np.full(len(wanted), -1)
     previous = stored.columns("case_id", "criterion")
-    stored_cases, stored_criteria = pa.array(previous["case_id"]), pa.array(previous["criterion"])
+    stored_cases, stored_criteria = (pa.array(previous[name], pa.string()) for name in ("case_id", "criterion"))
     wanted_cases = wanted.case_ids[:: max(wanted.evaluators, 1)]
     criteria = wanted.criteria[: wanted.evaluators]
     if len(previous) == len(wanted) and pc.all(pc.equal(stored_cases, pa.array(wanted.case_ids, pa.string()))).as_py() and pc.all(
