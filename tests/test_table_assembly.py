@@ -87,3 +87,28 @@ def test_reused_verdicts_are_read_a_row_group_at_a_time_each_once_into_the_file_
     assert pq.read_table(written).schema.equals(pq.read_table(expected).schema, check_metadata=True)
     assert pq.read_table(written).equals(pq.read_table(expected))
     assert list(table.whole["outcome"]).count("MISSING") == 1 and len(table) == 60
+
+
+def test_a_table_reused_whole_in_place_is_written_as_its_stored_file_without_reading_a_row_group(tmp_path, monkeypatch):
+    rows = [
+        {"case_id": f"c{index}", "criterion": "k", "outcome": "PASS", "reason": "why", "system_version": "1.0.0",
+         "judged_by_run": "r1", "inputs_key": f"i{index}"}
+        for index in range(20)
+    ]
+    stored_path = tmp_path / "verdicts.parquet"
+    write_table_file(stored_path, assembly.AssembledTable(VERDICTS_SCHEMA, [(frame_from_rows(rows, VERDICTS_SCHEMA), range(20), range(20))], ["case_id"], rows_per_group=3))
+    reads = []
+    row_groups = StoredTable.row_groups
+    monkeypatch.setattr(StoredTable, "row_groups", lambda table: reads.append(1) or row_groups(table))
+
+    table = assembly.AssembledTable(VERDICTS_SCHEMA, [(StoredTable(stored_path), range(20), range(20))], ["case_id", "outcome"], rows_per_group=8)
+    written = tmp_path / "written.parquet"
+    write_table_file(written, table)
+    assert reads == [] and written.read_bytes() == stored_path.read_bytes()  # its 3-row groups kept, not regrouped by 8
+    assert list(table.whole["outcome"]) == ["PASS"] * 20
+
+    # Any row moved (or another source) writes it again, grouped as asked.
+    moved = assembly.AssembledTable(VERDICTS_SCHEMA, [(StoredTable(stored_path), range(20), [*range(1, 20), 0])], ["case_id"], rows_per_group=8)
+    write_table_file(written, moved)
+    assert pq.ParquetFile(written).num_row_groups == 3 and reads
+    assert pq.read_table(written)["case_id"].to_pylist() == [f"c{index}" for index in [19, *range(19)]]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Iterable
 
 import pandas as pd
@@ -48,9 +49,13 @@ def numeric_bucket(value: int, bounds: Iterable[int]) -> str:
     return f"gt_{bounds[-1]}"
 
 
+# A slice's key split once, not once per case it buckets.
+_keys_of = lru_cache(maxsize=256)(split_path)
+
+
 def metadata_value(metadata: dict[str, Any] | None, key: str) -> str:
     value: Any = metadata or {}
-    for part in split_path(key):
+    for part in _keys_of(key):
         if not isinstance(value, dict) or part not in value:
             return NO_VALUE
         value = value[part]
@@ -172,7 +177,7 @@ def slice_rows_of(
     """`slice_rows` from each case's facts."""
     unknown = CaseFacts()
     judged = verdicts[verdicts["outcome"] != EXCLUDED]
-    criteria = list(dict.fromkeys(verdicts["criterion"]))
+    criteria = list(dict.fromkeys(null_to_none(verdicts["criterion"])))  # a list at once: an Arrow column is slow to iterate
     rows: list[SliceRow] = []
     judged_case_ids, judged_criteria = null_to_none(judged["case_id"]), null_to_none(judged["criterion"])
     judged_outcomes = null_to_none(judged["outcome"])

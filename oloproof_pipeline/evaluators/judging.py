@@ -12,16 +12,17 @@ from __future__ import annotations
 
 import inspect
 import sys
-from collections import Counter
+from collections import Counter, OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-from pydantic import TypeAdapter
+import pyarrow.compute as pc
+from pydantic import BaseModel, TypeAdapter
 
 from ..model.cases import CaseRecord
 from ..model.config import Project
@@ -89,10 +90,21 @@ VERDICT_COLUMNS = (
 DETAILS: TypeAdapter[Any] = TypeAdapter(Any)
 
 
+# While judged, a verdict column whose values repeat from row to row (a case's verdicts share
+# its id, digest and recording; a run, an evaluator, a reason or details recur across cases)
+# is held as a dictionary: each distinct value once per batch. Only the inputs key is unique.
+UNIQUE_VERDICT_COLUMNS = frozenset({"inputs_key"})
+COMPACT_VERDICTS_SCHEMA = pa.schema([
+    field if field.name in UNIQUE_VERDICT_COLUMNS else pa.field(field.name, pa.dictionary(pa.int32(), field.type))
+    for field in VERDICTS_SCHEMA
+])
+
+
 class VerdictColumns:
     """Verdict rows gathered as plain tuples (no dict per row), turned into Arrow record batches
     a column at a time every `BATCH_ROWS` rows (so a large table never exists as Python
-    strings all at once), then one DataFrame of `VERDICTS_SCHEMA` (a column it lacks, nulls)."""
+    strings all at once), repeated text held as dictionaries (`COMPACT_VERDICTS_SCHEMA`), then
+    one table of `VERDICTS_SCHEMA` (a column it lacks, nulls)."""
 
     def __init__(self) -> None:
         self._rows: list[tuple[Any, ...]] = []
@@ -120,14 +132,20 @@ class VerdictColumns:
             filled = dict(zip(VERDICT_COLUMNS, zip(*self._rows)))
             arrays = [
                 pa.array(filled[field.name], type=field.type) if field.name in filled else pa.nulls(len(self._rows), field.type)
-                for field in VERDICTS_SCHEMA
+                for field in COMPACT_VERDICTS_SCHEMA
             ]
-            self._batches.append(pa.RecordBatch.from_arrays(arrays, schema=VERDICTS_SCHEMA))
+            self._batches.append(pa.RecordBatch.from_arrays(arrays, schema=COMPACT_VERDICTS_SCHEMA))
             self._rows = []
 
-    def frame(self) -> pd.DataFrame:
+    def compact(self) -> pa.Table:
+        """The rows as they are held (repeated text as dictionaries): what a table assembled from
+        them reads a row group at a time (store/assembly.py decodes the dictionaries)."""
         self._flush()
-        return pa.Table.from_batches(self._batches, schema=VERDICTS_SCHEMA).to_pandas()
+        batches, self._batches = self._batches, []
+        return pa.Table.from_batches(batches, schema=COMPACT_VERDICTS_SCHEMA)
+
+    def frame(self) -> pd.DataFrame:
+        return self.compact().cast(VERDICTS_SCHEMA).to_pandas()
 
 
 def judge_cases(
@@ -216,7 +234,8 @@ class WantedVerdicts:
     criteria: np.ndarray
     evaluator_digests: np.ndarray
     recording_keys: np.ndarray
-    inputs_keys: list[str]
+    # Each a `row_key` (32 characters), one after another in one buffer: no Python string each.
+    inputs_keys: pa.StringArray
     evaluators: int
 
     def __len__(self) -> int:
@@ -233,33 +252,58 @@ def verdict_keys(project: Project, cases: pd.DataFrame, runs: StoredTable, repla
     source = [recordings.get(source_id) if source_id else None for source_id in null_to_none(cases["source_id"])]
     criteria = [evaluator.criterion for evaluator in project.evaluators]
     digests = evaluator_digests(project)
-    inputs = [
-        row_key("verdict", digest, recording, source_recording, replayed.get((case_id, criterion)))
-        for case_id, recording, source_recording in zip(case_ids, own, source)
-        for criterion, digest in zip(criteria, digests)
-    ]
+    inputs = bytearray()
+    for case_id, recording, source_recording in zip(case_ids, own, source):
+        for criterion, digest in zip(criteria, digests):
+            inputs += row_key("verdict", digest, recording, source_recording, replayed.get((case_id, criterion))).encode()
     count = len(criteria)
     return WantedVerdicts(
         case_ids=np.repeat(np.array(case_ids, dtype=object), count),
         criteria=np.tile(np.array(criteria, dtype=object), len(case_ids)),
         evaluator_digests=np.tile(np.array(digests, dtype=object), len(case_ids)),
         recording_keys=np.repeat(np.array(own, dtype=object), count),
-        inputs_keys=inputs,
+        inputs_keys=fixed_width_text(inputs, KEY_CHARACTERS),
         evaluators=count,
     )
+
+
+KEY_CHARACTERS = 32  # a `row_key`'s length
+
+
+def fixed_width_text(text: bytearray, width: int) -> pa.StringArray:
+    """ASCII values of one width, written one after another, as an Arrow text column (no copy)."""
+    count = len(text) // width
+    offsets = np.arange(0, (count + 1) * width, width, dtype=np.int32)
+    return pa.Array.from_buffers(pa.string(), count, [None, pa.py_buffer(offsets), pa.py_buffer(text)])
 
 
 def stored_positions(wanted: WantedVerdicts, stored: StoredTable) -> np.ndarray:
     """Per wanted entry, the row of the stored verdicts for the same case and criterion (-1:
     none). A table that lines up with the wanted entries (a rerun with the same cases and
-    evaluators) is matched by position, without building an index of it."""
+    evaluators) is matched by position, without building an index of it; any other is
+    matched in Arrow, each stored row's case and criterion turned into the entry they name."""
     if not stored.exists or not len(stored):
         return np.full(len(wanted), -1)
     previous = stored.columns("case_id", "criterion")
-    if len(previous) == len(wanted) and (
-        previous["case_id"].to_numpy(dtype=object) == wanted.case_ids
-    ).all() and (previous["criterion"].to_numpy(dtype=object) == wanted.criteria).all():
+    stored_cases, stored_criteria = (pa.array(previous[name], pa.string()) for name in ("case_id", "criterion"))
+    wanted_cases = wanted.case_ids[:: max(wanted.evaluators, 1)]
+    criteria = wanted.criteria[: wanted.evaluators]
+    if len(previous) == len(wanted) and pc.all(pc.equal(stored_cases, pa.array(wanted.case_ids, pa.string()))).as_py() and pc.all(
+        pc.equal(stored_criteria, pa.array(wanted.criteria, pa.string()))
+    ).as_py():
         return np.arange(len(wanted))
+    if len(set(wanted_cases.tolist())) < len(wanted_cases) or len(set(criteria.tolist())) < len(criteria):
+        return _positions_by_key(wanted, previous)  # the same key twice: each entry finds the last stored row
+    case_at = pc.index_in(stored_cases, value_set=pa.array(wanted_cases, pa.string())).fill_null(-1).to_numpy()
+    criterion_at = pc.index_in(stored_criteria, value_set=pa.array(criteria, pa.string())).fill_null(-1).to_numpy()
+    named = np.flatnonzero((case_at >= 0) & (criterion_at >= 0))
+    positions = np.full(len(wanted), -1, dtype=np.int64)
+    # A stored table with a key twice (it should have none) keeps its last row, as an index would.
+    positions[case_at[named] * wanted.evaluators + criterion_at[named]] = named
+    return positions
+
+
+def _positions_by_key(wanted: WantedVerdicts, previous: pd.DataFrame) -> np.ndarray:
     at = {key: position for position, key in enumerate(zip(null_to_none(previous["case_id"]), null_to_none(previous["criterion"])))}
     return np.array([at.get(key, -1) for key in zip(wanted.case_ids.tolist(), wanted.criteria.tolist())], dtype=np.int64)
 
@@ -297,25 +341,27 @@ class VerdictSummary:
 
 
 def why_judged(wanted: WantedVerdicts, entries: np.ndarray, positions: np.ndarray, stored: StoredTable, summary: VerdictSummary) -> None:
-    """Per verdict judged now, why no stored verdict could be reused."""
+    """Per verdict judged now, why no stored verdict could be reused (the stored keys read only
+    at the rows of those judged again)."""
     known_criteria = set(stored.columns("criterion")["criterion"].unique().tolist()) if stored.exists else set()
-    stored_keys = stored.columns("evaluator_digest", "recording_key", "inputs_key") if stored.exists else None
-    evaluator_digests = null_to_none(stored_keys["evaluator_digest"]) if stored_keys is not None else []
-    recordings = null_to_none(stored_keys["recording_key"]) if stored_keys is not None else []
-    inputs = null_to_none(stored_keys["inputs_key"]) if stored_keys is not None else []
-    for entry in entries.tolist():
-        criterion, position = wanted.criteria[entry], int(positions[entry])
+    stored_at = positions[entries]
+    again = stored_at[stored_at >= 0]
+    keys = stored.columns("evaluator_digest", "recording_key", "inputs_key").iloc[again] if len(again) else None
+    stored_keys = zip(*(null_to_none(keys[name]) for name in keys.columns)) if keys is not None else iter(())
+    for entry, position in zip(entries.tolist(), stored_at.tolist()):
+        criterion = wanted.criteria[entry]
         if position < 0:
             reason = "new case" if criterion in known_criteria or not known_criteria else "new evaluator"
             summary.why[(criterion, JUDGED, reason)] += 1
             continue
-        if evaluator_digests[position] is None:
+        evaluator_digest, recording, inputs = next(stored_keys)
+        if evaluator_digest is None:
             reason = "no cache key stored with the verdict"
-        elif inputs[position] is None:
+        elif inputs is None:
             reason = "its judge did not answer last time"
-        elif evaluator_digests[position] != wanted.evaluator_digests[entry]:
+        elif evaluator_digest != wanted.evaluator_digests[entry]:
             reason = "evaluator changed"
-        elif recordings[position] != wanted.recording_keys[entry]:
+        elif recording != wanted.recording_keys[entry]:
             reason = "recording changed"
         else:
             reason = "fault replay or the source's recording changed"
@@ -345,11 +391,14 @@ def judge_verdict_rows(
     judged now. In case then evaluator order."""
     case_keys = cases.columns("case_id", "source_id", "group_id")
     wanted = verdict_keys(project, case_keys, runs, replays, version)
+    for keyed in (runs, replays):  # the columns their keys were made of: judging reads others
+        keyed.forget()
     positions = stored_positions(wanted, stored)
     reuse = positions >= 0
-    if reuse.any():
-        stored_inputs = stored.columns("inputs_key")["inputs_key"].to_numpy(dtype=object)
-        reuse[reuse] = stored_inputs[positions[reuse]] == np.array(wanted.inputs_keys, dtype=object)[reuse]
+    if reuse.any():  # compared in Arrow: no Python string per stored key
+        stored_inputs = pa.array(stored.columns("inputs_key")["inputs_key"], pa.string()).take(pa.array(positions[reuse]))
+        wanted_inputs = wanted.inputs_keys.take(pa.array(np.flatnonzero(reuse)))
+        reuse[reuse] = pc.equal(stored_inputs, wanted_inputs).fill_null(False).to_numpy(zero_copy_only=False)
     summary = VerdictSummary(reused=int(reuse.sum()))
     entries = np.flatnonzero(~reuse)
     why_judged(wanted, entries, positions, stored, summary)
@@ -397,32 +446,33 @@ def judge_wanted(
     *,
     version: str,
     judged_by_run: str,
-) -> tuple[pd.DataFrame, list[int]]:
+) -> tuple[pa.Table, np.ndarray]:
     """Verdict rows for the wanted `entries` (case and criterion), a chunk of clusters at a
     time, only the chunk's cases, recordings and replays decoded while it is judged; and each
     row's place in the table (its entry: case, then evaluator)."""
     columns = VerdictColumns()
-    slots: list[int] = []
+    slots: list[np.ndarray] = []
     if not len(entries):
-        return columns.frame(), slots
+        return columns.compact(), np.array([], dtype=np.int64)
     run_positions = {case_id: position for position, case_id in enumerate(null_to_none(runs.columns("case_id")["case_id"]))}
     replay_positions = replay_rows(replays)
+    runs_by_group, replays_by_group = GroupedRows(runs, RecordedRun), GroupedRows(replays, FaultReplay)
     for chunk_entries in chunks_of_clusters(wanted, entries, case_keys):
         # The collector is held off while a chunk is decoded and judged: its models, verdicts
         # and rows make no cycle, yet set off collections (some of the whole heap) costing a
         # tenth of judging. It runs between chunks: a grader's own garbage waits one chunk.
         with collection_paused():
-            judge_chunk(project, cases, runs, replays, wanted, chunk_entries.tolist(), run_positions, replay_positions,
-                        columns, version=version, judged_by_run=judged_by_run)
-        slots.extend(chunk_entries.tolist())
-    return columns.frame(), slots
+            judge_chunk(project, cases, runs_by_group, replays_by_group, wanted, chunk_entries.tolist(), run_positions,
+                        replay_positions, columns, version=version, judged_by_run=judged_by_run)
+        slots.append(chunk_entries)
+    return columns.compact(), np.concatenate(slots)
 
 
 def judge_chunk(
     project: Project,
     cases: StoredTable,
-    runs: StoredTable,
-    replays: StoredTable,
+    runs: "GroupedRows",
+    replays: "GroupedRows",
     wanted: WantedVerdicts,
     chunk: list[int],
     run_positions: dict[str, int],
@@ -440,15 +490,11 @@ def judge_chunk(
     needed_runs = {case.case_id for case in chunk_cases.values()} | {
         case.source_id for case in chunk_cases.values() if case.source_id
     }
-    recordings = {
-        run.case_id: run
-        for run in run_models(runs, [run_positions[case_id] for case_id in needed_runs if case_id in run_positions]).values()
-    }
+    run_rows = [run_positions[case_id] for case_id in needed_runs if case_id in run_positions]
+    recordings = {run.case_id: run for run in runs.models(run_models, run_rows).values()}
     replay_keys_wanted = zip(wanted.case_ids[chunk].tolist(), wanted.criteria[chunk].tolist())
-    chunk_replays = {
-        (replay.case_id, replay.criterion): replay
-        for replay in replay_models(replays, [replay_positions[key] for key in replay_keys_wanted if key in replay_positions]).values()
-    }
+    replay_rows_wanted = [replay_positions[key] for key in replay_keys_wanted if key in replay_positions]
+    chunk_replays = {(replay.case_id, replay.criterion): replay for replay in replays.models(replay_models, replay_rows_wanted).values()}
     context = JudgingContext(
         cases={case.case_id: case for case in chunk_cases.values()},
         recordings=recordings,
@@ -456,9 +502,10 @@ def judge_chunk(
     )
     pairs = [(evaluators[entry % wanted.evaluators], chunk_cases[entry // wanted.evaluators]) for entry in chunk]
     verdicts = judged(pairs, context, project.config.concurrency.judge)
-    for entry, (evaluator, case), verdict in zip(chunk, pairs, verdicts):
+    inputs_keys = wanted.inputs_keys.take(pa.array(chunk, pa.int64())).to_pylist()
+    for entry, inputs_key, (evaluator, case), verdict in zip(chunk, inputs_keys, pairs, verdicts):
         # A verdict that is not reusable (a judge that could not be reached) keeps no key.
-        inputs_key = wanted.inputs_keys[entry] if evaluator.reusable(verdict) else None
+        inputs_key = inputs_key if evaluator.reusable(verdict) else None
         keys = (wanted.evaluator_digests[entry], wanted.recording_keys[entry], inputs_key)
         columns.add(verdict, case, context, version, judged_by_run, keys)
 
@@ -474,3 +521,42 @@ def replay_rows(replays: StoredTable) -> dict[tuple[str, str], int]:
         return {}
     keys = replays.columns("case_id", "criterion")
     return {key: position for position, key in enumerate(zip(null_to_none(keys["case_id"]), null_to_none(keys["criterion"])))}
+
+
+class GroupedRows:
+    """A stored table's rows decoded for a chunk: a table of several row groups (the recordings)
+    a row group at a time, only the groups holding the rows asked for, the last few kept (the
+    next chunks' rows mostly lie in them), so judging never holds its large columns whole; any
+    other as `StoredTable` reads it, a column at a time."""
+
+    # A chunk's rows lie in three runs of the table (its sources, and each transform's copies),
+    # each in one row group or across two.
+    GROUPS_KEPT = 6
+
+    def __init__(self, table: StoredTable, model: type[BaseModel]):
+        self.table = table
+        self.groups = table.row_groups() if table.exists and len(table) else None
+        self.names = [name for name in model.model_fields if name in table.names] if self.groups is not None else []
+        self.kept: OrderedDict[int, StoredTable] = OrderedDict()
+
+    def models(self, decode: Callable[[StoredTable, list[int]], dict[int, Any]], positions: list[int]) -> dict[int, Any]:
+        """Position -> the model there, as `decode` (a `store.decoding` function) makes it."""
+        if self.groups is None or len(self.groups.starts) < 2 or not positions:
+            return decode(self.table, positions)
+        wanted = np.unique(np.asarray(positions, dtype=np.int64))
+        group_of = np.searchsorted(self.groups.starts, wanted, side="right") - 1
+        found: dict[int, Any] = {}
+        for group in np.unique(group_of).tolist():
+            start = int(self.groups.starts[group])
+            local = (wanted[group_of == group] - start).tolist()
+            found.update((start + position, model) for position, model in decode(self._group(group), local).items())
+        return found
+
+    def _group(self, group: int) -> StoredTable:
+        if group in self.kept:
+            self.kept.move_to_end(group)
+        else:
+            self.kept[group] = StoredTable.of(self.groups.read(group, self.names).to_pandas())
+            while len(self.kept) > self.GROUPS_KEPT:
+                self.kept.popitem(last=False)
+        return self.kept[group]

@@ -167,6 +167,13 @@ def leaf_keys(value: Any, prefix: Sequence[str] = ()) -> list[list[str]]:
     return [list(prefix)]
 
 
+def leaf_count(value: Any) -> int:
+    """`len(leaf_keys(value))`, without making the paths."""
+    if isinstance(value, dict) and value:
+        return sum(leaf_count(child) for child in value.values())
+    return 1
+
+
 def overlaps(leaf: Sequence[Any], changed: Sequence[Any]) -> bool:
     """A difference at, above or below a leaf makes that leaf differ."""
     shared = min(len(leaf), len(changed))

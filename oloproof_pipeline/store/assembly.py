@@ -54,8 +54,17 @@ class AssembledTable:
             raise ValueError("only text columns are left in their sources")
         frames = [(_whole_columns(source, [name for name in schema.names if name in whole]), positions, slots) for source, positions, slots in self._parts]
         self.whole = rows_in_order(frames, pa.schema([field for field in schema if field.name in whole]))
+        assembled = self.whole
         for name, values in (column_values or {}).items():
             self.whole = with_values(self.whole, name, values)
+        # The one stored table this is, row for row (a rerun that reused every row in place):
+        # written by copying its file.
+        self._same_as: StoredTable | None = None
+        if len(self._parts) == 1 and self.whole is assembled and isinstance(self._parts[0][0], StoredTable):
+            source, positions, slots = self._parts[0]
+            in_place = np.arange(len(source))
+            if np.array_equal(positions, in_place) and np.array_equal(slots, in_place):
+                self._same_as = source
         for source, _, _ in self._parts:
             if isinstance(source, StoredTable):
                 source.forget()  # the columns a stage planned from: the file is read again a row group at a time
@@ -75,8 +84,11 @@ class AssembledTable:
         return pa.schema([fields[name] for name in self.schema.names], metadata={b"pandas": json.dumps(pandas).encode()})
 
     def write_parquet(self, path: Path) -> None:
-        """Written a row group at a time (a file stored without row groups is read whole, once)."""
+        """Written a row group at a time (a file stored without row groups is read whole, once);
+        the stored file as it is when this is that file's table unchanged."""
         schema = self.written_schema()
+        if self._same_as is not None and self._same_as.copied_as(schema, path):
+            return
         whole = pa.Table.from_pandas(self.whole, schema=pa.schema([schema.field(name) for name in self.whole.columns]), preserve_index=False)
         with pq.ParquetWriter(path, schema) as writer:
             if not self.num_rows:
@@ -120,7 +132,12 @@ def _whole_columns(source: Source, names: list[str]) -> pd.DataFrame:
         return source.columns(*names)
     if isinstance(source, pd.DataFrame):
         return source.reindex(columns=names)
-    return pa.table([source.column(name) if name in source.column_names else pa.nulls(source.num_rows) for name in names], names=names).to_pandas()
+    return pa.table([_decoded(source.column(name)) if name in source.column_names else pa.nulls(source.num_rows) for name in names], names=names).to_pandas()
+
+
+def _decoded(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """A column held as a dictionary (rows kept compact while made) as its plain values."""
+    return column.cast(column.type.value_type) if pa.types.is_dictionary(column.type) else column
 
 
 class _Reader:

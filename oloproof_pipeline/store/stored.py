@@ -24,6 +24,7 @@ from .layout import StoredTableError, _short_reason, table_path
 from .tables import REPEATED_TEXT, from_json_text, required_columns, rows_from_frame
 
 Part = Path | pd.DataFrame
+COPY_BLOCK_BYTES = 1 << 20  # a stored file copied a MiB at a time
 
 
 class PinnedFile:
@@ -238,6 +239,24 @@ class StoredTable:
                 raise StoredTableError(part.path, _short_reason(error)) from None
 
         return RowGroups([file.metadata.row_group(index).num_rows for index in range(file.num_row_groups)], read)
+
+    def copied_as(self, schema: pa.Schema, path: Path) -> bool:
+        """When this is one stored file of `schema` (its pandas metadata too), its bytes copied
+        to `path`, as they are: a table written back unchanged is not decoded and encoded again.
+        False (nothing written) for anything else."""
+        part = self._parts[0] if len(self._parts) == 1 else None
+        if not isinstance(part, PinnedFile):
+            return False
+        try:
+            if not pq.ParquetFile(part.source()).schema_arrow.equals(schema, check_metadata=True):
+                return False
+            source = part.source()
+            with open(path, "wb") as copy:
+                while block := source.read(COPY_BLOCK_BYTES):
+                    copy.write(block)
+        except (ValueError, pa.ArrowException) as error:
+            raise StoredTableError(part.path, _short_reason(error)) from None
+        return True
 
     def forget(self) -> None:
         """Let go of the columns read so far (a stage done with the rows it decoded); a later

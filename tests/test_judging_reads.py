@@ -1,0 +1,53 @@
+"""Judging reads what a chunk of clusters needs: recordings stored in several row groups are
+read a row group at a time, never as whole columns, and the verdicts come out as they do from
+recordings read whole."""
+
+from __future__ import annotations
+
+import pyarrow.parquet as pq
+
+from oloproof_pipeline.evaluators.judging import judge_verdict_table
+from oloproof_pipeline.project import load_project
+from oloproof_pipeline.store.layout import table_path
+from oloproof_pipeline.store.reuse import stored_tables
+from oloproof_pipeline.store.stored import StoredTable
+
+
+def test_recordings_in_row_groups_are_judged_a_group_at_a_time_to_the_same_verdicts(evaluated_example, tmp_path, monkeypatch):
+    project = load_project(evaluated_example[0])
+    stored = stored_tables(project, "1.0.0")
+    whole, _ = judge_verdict_table(
+        project, stored["cases"], stored["recorded_runs"], stored["fault_replays"], StoredTable.of(None),
+        version="1.0.0", judged_by_run="again",
+    )
+
+    grouped_path = tmp_path / "recorded_runs.parquet"
+    pq.write_table(pq.read_table(table_path(project.root, "recorded_runs", "1.0.0")), grouped_path, row_group_size=10)
+    grouped = StoredTable(grouped_path)
+    assert pq.ParquetFile(grouped_path).num_row_groups == -(-len(grouped) // 10) > 2
+
+    read_whole, groups_read = [], []
+    read_columns, row_groups = StoredTable._read_columns, StoredTable.row_groups
+
+    def noted_columns(table, names):
+        if table is grouped:
+            read_whole.extend(names)
+        return read_columns(table, names)
+
+    def noted_groups(table):
+        found = row_groups(table)
+        if table is grouped:
+            read = found.read
+            found.read = lambda group, names: groups_read.append(group) or read(group, names)
+        return found
+
+    monkeypatch.setattr(StoredTable, "_read_columns", noted_columns)
+    monkeypatch.setattr(StoredTable, "row_groups", noted_groups)
+    stored = stored_tables(project, "1.0.0")
+    by_group, summary = judge_verdict_table(
+        project, stored["cases"], grouped, stored["fault_replays"], StoredTable.of(None), version="1.0.0", judged_by_run="again",
+    )
+    assert summary.judged == len(by_group) == len(whole)
+    assert by_group.equals(whole)
+    assert "trajectory" not in read_whole and "environment_state" not in read_whole  # only keys read whole
+    assert set(groups_read) == set(range(pq.ParquetFile(grouped_path).num_row_groups))
