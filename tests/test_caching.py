@@ -83,6 +83,26 @@ def test_a_rerun_with_nothing_changed_records_and_judges_nothing(counted_desk, i
     assert set(verdicts_table(counted_desk)["judged_by_run"]) == {first.run_id}
 
 
+def test_a_table_a_rerun_reused_whole_is_kept_as_it_is_marked_written_again(counted_desk, instance):
+    evaluate(counted_desk, instance)
+    paths = [table_path(counted_desk, name, "1.0.0") for name in ("recorded_runs", "verdicts")]
+    before = [(path.stat().st_ino, path.read_bytes(), path.stat().st_mtime_ns) for path in paths]
+    for path in paths:  # a journal is read only when newer than its table: the rerun's mark shows
+        os.utime(path, ns=(1, 1))
+
+    evaluate(counted_desk, instance)
+    after = [(path.stat().st_ino, path.read_bytes(), path.stat().st_mtime_ns) for path in paths]
+    # Not written again (the same file, the same bytes a rewrite writes), but written now.
+    assert [(inode, data) for inode, data, _ in after] == [(inode, data) for inode, data, _ in before]
+    assert all(written >= earlier for (_, _, written), (_, _, earlier) in zip(after, before))
+
+    # A case added: every row but the new ones reused, the tables written again with them.
+    with (counted_desk / "data" / "cases.jsonl").open("a") as cases:
+        cases.write(json.dumps(NEW_CASE) + "\n")
+    evaluate(counted_desk, instance)
+    assert all(path.read_bytes() != data for path, (_, data, _) in zip(paths, after))
+
+
 def test_an_edited_app_under_the_same_version_re_records_and_says_why(counted_desk, instance):
     evaluate(counted_desk, instance)
     before = verdicts_table(counted_desk)
