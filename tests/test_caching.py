@@ -22,9 +22,11 @@ from oloproof_pipeline.model.paths import ABSENT
 from oloproof_pipeline.model import transforms
 from oloproof_pipeline.model.cases import load_cases
 from oloproof_pipeline.project import load_project
-from oloproof_pipeline.store.layout import reports_dir, table_path
+from oloproof_pipeline.defs.io_manager import stored_as_is
+from oloproof_pipeline.run.recording import record_case_rows
+from oloproof_pipeline.store.layout import reports_dir, table_path, write_table_file
 from oloproof_pipeline.store.stored import StoredTable
-from oloproof_pipeline.store.tables import derived_case_table
+from oloproof_pipeline.store.tables import case_table, derived_case_table
 
 from helpers import oloproof
 from test_day_thirty import COUNT_CALLS, NEW_CASE, calls, latest
@@ -183,6 +185,20 @@ def test_adding_one_case_records_exactly_that_case_its_copies_and_its_replays(co
     whole = derived_case_table(transforms.derive_cases(project, load_cases(project)).copies).drop(columns=["inputs_digest", "copy_key"])
     pd.testing.assert_frame_equal(stored, whole)
 
+
+def test_a_reused_table_is_kept_only_while_its_file_is_the_one_the_stage_read(refund_desk):
+    project = load_project(refund_desk)
+    path = table_path(project.root, "recorded_runs", "1.0.0")
+    cases = StoredTable.of(case_table(load_cases(project)))
+    first, _ = record_case_rows(project, cases, version="1.0.0", run_id="r1")
+    write_table_file(path, first)
+
+    again, summary = record_case_rows(project, cases, version="1.0.0", run_id="r2")
+    assert summary.new == 0 and stored_as_is(again, path)
+    write_table_file(path, again)  # another run wrote the table meanwhile: the same rows, another file
+    assert not stored_as_is(again, path)
+    reordered, _ = record_case_rows(project, StoredTable.of(case_table(load_cases(project)[::-1])), version="1.0.0", run_id="r3")
+    assert not stored_as_is(reordered, path)  # every row reused, but not each at its place
 
 # Appended to the desk's app.py: each process that imports the system says whether pandas was
 # already imported there (the fork server and its workers need none of it).
