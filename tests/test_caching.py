@@ -22,9 +22,11 @@ from oloproof_pipeline.model.paths import ABSENT
 from oloproof_pipeline.model import transforms
 from oloproof_pipeline.model.cases import load_cases
 from oloproof_pipeline.project import load_project
-from oloproof_pipeline.store.layout import reports_dir, table_path
+from oloproof_pipeline.defs.io_manager import stored_as_is
+from oloproof_pipeline.run.recording import record_case_rows
+from oloproof_pipeline.store.layout import reports_dir, table_path, write_table_file
 from oloproof_pipeline.store.stored import StoredTable
-from oloproof_pipeline.store.tables import derived_case_table
+from oloproof_pipeline.store.tables import case_table, derived_case_table
 
 from helpers import oloproof
 from test_day_thirty import COUNT_CALLS, NEW_CASE, calls, latest
@@ -81,6 +83,26 @@ def test_a_rerun_with_nothing_changed_records_and_judges_nothing(counted_desk, i
     assert report.stat().st_mtime_ns == written  # the report shows the same tables, so it is kept
     # Every verdict still names the run that judged it: the first one.
     assert set(verdicts_table(counted_desk)["judged_by_run"]) == {first.run_id}
+
+
+def test_a_table_a_rerun_reused_whole_is_kept_as_it_is_marked_written_again(counted_desk, instance):
+    evaluate(counted_desk, instance)
+    paths = [table_path(counted_desk, name, "1.0.0") for name in ("recorded_runs", "verdicts")]
+    before = [(path.stat().st_ino, path.read_bytes(), path.stat().st_mtime_ns) for path in paths]
+    for path in paths:  # a journal is read only when newer than its table: the rerun's mark shows
+        os.utime(path, ns=(1, 1))
+
+    evaluate(counted_desk, instance)
+    after = [(path.stat().st_ino, path.read_bytes(), path.stat().st_mtime_ns) for path in paths]
+    # Not written again (the same file, the same bytes a rewrite writes), but written now.
+    assert [(inode, data) for inode, data, _ in after] == [(inode, data) for inode, data, _ in before]
+    assert all(written >= earlier for (_, _, written), (_, _, earlier) in zip(after, before))
+
+    # A case added: every row but the new ones reused, the tables written again with them.
+    with (counted_desk / "data" / "cases.jsonl").open("a") as cases:
+        cases.write(json.dumps(NEW_CASE) + "\n")
+    evaluate(counted_desk, instance)
+    assert all(path.read_bytes() != data for path, (_, data, _) in zip(paths, after))
 
 
 def test_an_edited_app_under_the_same_version_re_records_and_says_why(counted_desk, instance):
@@ -163,6 +185,20 @@ def test_adding_one_case_records_exactly_that_case_its_copies_and_its_replays(co
     whole = derived_case_table(transforms.derive_cases(project, load_cases(project)).copies).drop(columns=["inputs_digest", "copy_key"])
     pd.testing.assert_frame_equal(stored, whole)
 
+
+def test_a_reused_table_is_kept_only_while_its_file_is_the_one_the_stage_read(refund_desk):
+    project = load_project(refund_desk)
+    path = table_path(project.root, "recorded_runs", "1.0.0")
+    cases = StoredTable.of(case_table(load_cases(project)))
+    first, _ = record_case_rows(project, cases, version="1.0.0", run_id="r1")
+    write_table_file(path, first)
+
+    again, summary = record_case_rows(project, cases, version="1.0.0", run_id="r2")
+    assert summary.new == 0 and stored_as_is(again, path)
+    write_table_file(path, again)  # another run wrote the table meanwhile: the same rows, another file
+    assert not stored_as_is(again, path)
+    reordered, _ = record_case_rows(project, StoredTable.of(case_table(load_cases(project)[::-1])), version="1.0.0", run_id="r3")
+    assert not stored_as_is(reordered, path)  # every row reused, but not each at its place
 
 # Appended to the desk's app.py: each process that imports the system says whether pandas was
 # already imported there (the fork server and its workers need none of it).

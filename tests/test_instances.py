@@ -24,7 +24,8 @@ from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventL
 from dagster.version import __version__ as dagster_version
 
 from oloproof_pipeline.defs import EVALUATE_JOB, build_definitions, versions_partitions
-from oloproof_pipeline.defs.sqlite_storage import KeptOpenSqliteEventLogStorage
+from oloproof_pipeline.defs import sqlite_storage
+from oloproof_pipeline.defs.sqlite_storage import KeptOpenSqliteEventLogStorage, StampedSqliteRunStorage
 from oloproof_pipeline.defs.instance import ensure_home, headless_overrides, project_instance, project_location, workspace_home
 from oloproof_pipeline.project import load_project
 
@@ -167,6 +168,21 @@ def test_what_the_cli_stores_dagster_dev_reads_and_the_cli_leaves_no_database_op
     runs_folder = home / "history" / "runs"
     assert (runs_folder / f"{run_id}.db").is_file()
     assert not (runs_folder / f"{run_id}.db-wal").exists()
+    assert not (home / "history" / "runs.db-wal").exists()  # the run storage's kept engine closed too
+
+
+def test_the_run_storage_reads_and_writes_through_one_engine_closed_with_it(tmp_path, monkeypatch):
+    made = []
+    real = sqlite_storage.create_engine
+    monkeypatch.setattr(sqlite_storage, "create_engine", lambda *args, **kwargs: made.append(args[0]) or real(*args, **kwargs))
+    storage = StampedSqliteRunStorage.from_config_value(None, {"base_dir": str(tmp_path)})
+    for _ in range(5):
+        assert storage.get_runs() == []
+    storage.set_cursor_values({"sweep": "1"})
+    assert storage.get_cursor_values({"sweep"}) == {"sweep": "1"}
+    assert len(made) == 1  # Dagster's own makes one per read or write: seven here
+    storage.dispose()
+    assert not (tmp_path / "runs.db-wal").exists()
 
 
 def test_the_cli_changes_dagsters_storage_only_where_dagster_yaml_leaves_it_to_the_defaults(tmp_path):

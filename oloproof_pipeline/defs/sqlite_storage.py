@@ -58,11 +58,32 @@ def stamped_or_made(storage: type, inst_data, config_value, database: str):
 
 
 class StampedSqliteRunStorage(SqliteRunStorage):
-    """Dagster's SQLite run storage, opened as it is once stamped."""
+    """Dagster's SQLite run storage, opened as it is once stamped, with one engine kept for
+    its life: Dagster's makes a new engine for every read and write (thirty and more a run:
+    the run, its tags, its status), and closing its only connection checkpoints the database
+    each time."""
+
+    def __init__(self, conn_string: str, inst_data=None):
+        super().__init__(conn_string, inst_data)
+        self._kept_engine: Engine | None = None
 
     @classmethod
     def from_config_value(cls, inst_data, config_value) -> "StampedSqliteRunStorage":
         return stamped_or_made(cls, inst_data, config_value, "runs")
+
+    @contextmanager
+    def connect(self) -> Iterator[Connection]:
+        if self._kept_engine is None:
+            self._kept_engine = create_engine(self._conn_string)
+        with self._kept_engine.connect() as connection:
+            with connection.begin():
+                yield connection
+
+    def dispose(self) -> None:
+        if self._kept_engine is not None:
+            self._kept_engine.dispose()
+            self._kept_engine = None
+        super().dispose()
 
 
 class StampedSqliteScheduleStorage(SqliteScheduleStorage):

@@ -117,6 +117,15 @@ def write_table_file(path: Path, frame: pd.DataFrame | WritesParquet) -> None:
         raise  # e.g. a stored table it reads from cannot be read
 
 
+def touch_table_file(path: Path) -> None:
+    """A stored table kept as it is, marked written now (a journal is read only when newer
+    than its table, `run/reuse.py`)."""
+    try:
+        os.utime(path)
+    except OSError as error:
+        raise StorageWriteError(path, error) from None
+
+
 def write_text_file(path: Path, text: str | Iterable[str]) -> None:
     """A text file (a report) written in place: `-o` may name any file the user can write,
     a pipe or a device included, so no rename. The text may come a piece at a time (a large

@@ -44,6 +44,17 @@ class PinnedFile:
             self.problem = error if isinstance(error, OSError) else OSError(str(error))
             self.modified_ns, self.size = 0, 0
 
+    def still_at(self, path: Path) -> bool:
+        """Whether `path` is still this very file (not replaced by another run's write)."""
+        if self.handle is None:
+            return False
+        try:
+            opened, found = os.fstat(self.handle.fileno()), os.stat(path)
+        except OSError:
+            return False
+        return (opened.st_dev, opened.st_ino, opened.st_size, opened.st_mtime_ns) == (
+            found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns)
+
     def source(self) -> pa.NativeFile:
         """The open file, at its start, for one read."""
         if self.handle is None:
@@ -167,6 +178,33 @@ class StoredTable:
             return pq.ParquetFile(source).metadata
         except (OSError, ValueError, pa.ArrowException) as error:
             raise StoredTableError(part.path, "the file is empty" if part.size == 0 else _short_reason(error)) from None
+
+    def holds_as_stored(self, path: Path, positions: np.ndarray, schema: pa.Schema, whole: pd.DataFrame, rows_per_group: int) -> bool:
+        """Whether the table a stage assembled (its rows this table's at `positions`, in that
+        order; `schema` as written; its small columns `whole`; a row group per
+        `rows_per_group` rows) is the file at `path` as it is, byte for byte what writing it
+        again would write: this table's own file, not replaced since, every row at its place,
+        the same schema and row groups, and the small columns equal to the stored ones (the
+        large ones are the stored ones, taken where they are)."""
+        part = self._parts[0] if len(self._parts) == 1 else None
+        if not isinstance(part, PinnedFile) or not part.still_at(path) or len(positions) != len(self):
+            return False
+        if not np.array_equal(positions, np.arange(len(positions))):
+            return False
+        try:
+            file = pq.ParquetFile(part.source())
+            groups = [file.metadata.row_group(index).num_rows for index in range(file.num_row_groups)]
+            if not file.schema_arrow.equals(schema, check_metadata=True):
+                return False
+        except (OSError, ValueError, pa.ArrowException):
+            return False
+        rows = len(positions)
+        written_groups = [min(rows_per_group, rows - start) for start in range(0, rows, rows_per_group)] or [0]
+        if groups != written_groups:
+            return False
+        stored = self.columns(*whole.columns)
+        self.forget()
+        return stored.equals(whole.reset_index(drop=True))
 
     def readable(self, instead: str) -> "StoredTable":
         """This table, or none at all when it cannot be read: a warning (printed by the CLI as
