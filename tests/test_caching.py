@@ -22,7 +22,6 @@ from oloproof_pipeline.model.paths import ABSENT
 from oloproof_pipeline.model import transforms
 from oloproof_pipeline.model.cases import load_cases
 from oloproof_pipeline.project import load_project
-from oloproof_pipeline.defs.io_manager import stored_as_is
 from oloproof_pipeline.run.recording import record_case_rows
 from oloproof_pipeline.store.layout import reports_dir, table_path, write_table_file
 from oloproof_pipeline.store.stored import StoredTable
@@ -194,11 +193,11 @@ def test_a_reused_table_is_kept_only_while_its_file_is_the_one_the_stage_read(re
     write_table_file(path, first)
 
     again, summary = record_case_rows(project, cases, version="1.0.0", run_id="r2")
-    assert summary.new == 0 and stored_as_is(again, path)
+    assert summary.new == 0 and again.kept_at(path)
     write_table_file(path, again)  # another run wrote the table meanwhile: the same rows, another file
-    assert not stored_as_is(again, path)
+    assert not again.kept_at(path)
     reordered, _ = record_case_rows(project, StoredTable.of(case_table(load_cases(project)[::-1])), version="1.0.0", run_id="r3")
-    assert not stored_as_is(reordered, path)  # every row reused, but not each at its place
+    assert not reordered.kept_at(path)  # every row reused, but not each at its place
 
 # Appended to the desk's app.py: each process that imports the system says whether pandas was
 # already imported there (the fork server and its workers need none of it).

@@ -4,17 +4,14 @@ laid out as `store/layout.py` says (`table_path`), written and read by its funct
 from __future__ import annotations
 
 from pathlib import Path
-
 from typing import Any
 
-import numpy as np
 import pandas as pd
 from dagster import ConfigurableIOManagerFactory, InputContext, MetadataValue, OutputContext, UPathIOManager
 from upath import UPath
 
 from ..store.assembly import AssembledTable
 from ..store.layout import WritesParquet, read_table_file, touch_table_file, write_table_file
-from ..store.stored import StoredTable
 from ..store.tables import return_freed_memory
 
 
@@ -26,7 +23,7 @@ class ParquetFiles(UPathIOManager):
     def dump_to_path(self, context: OutputContext, obj: pd.DataFrame | WritesParquet, path: UPath) -> None:
         # A frame, or a table that writes itself a row group at a time (store/assembly.py).
         target = Path(str(path))
-        if isinstance(obj, AssembledTable) and stored_as_is(obj, target):
+        if isinstance(obj, AssembledTable) and obj.kept_at(target):
             touch_table_file(target)  # every row reused in place: the same bytes, written now
         else:
             write_table_file(target, obj)
@@ -44,19 +41,6 @@ class ParquetFiles(UPathIOManager):
     def get_asset_relative_path(self, context: InputContext | OutputContext) -> UPath:
         # The project's tables are named without the code location's key prefix.
         return UPath(context.asset_key.path[-1])
-
-
-def stored_as_is(table: AssembledTable, path: Path) -> bool:
-    """Whether `table` is the file at `path` as it is: each of its rows that file's row at the
-    same place (a rerun that reused everything), so writing it would write the same bytes.
-    (It reads the assembly's parts: store/assembly.py is the place for this check.)"""
-    parts = table._parts
-    if len(parts) != 1 or not isinstance(parts[0][0], StoredTable):
-        return False
-    source, positions, slots = parts[0]
-    if not np.array_equal(positions, slots):
-        return False
-    return source.holds_as_stored(path, positions, table.written_schema(), table.whole, table.rows_per_group)
 
 
 class ParquetIOManager(ConfigurableIOManagerFactory):

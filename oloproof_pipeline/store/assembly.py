@@ -83,6 +83,11 @@ class AssembledTable:
         fields = {field.name: field for field in [*whole, *text]}
         return pa.schema([fields[name] for name in self.schema.names], metadata={b"pandas": json.dumps(pandas).encode()})
 
+    def kept_at(self, path: Path) -> bool:
+        """Whether the file at `path` is this table already (a rerun that reused its every row
+        in place): kept as it is rather than written again with the same bytes."""
+        return self._same_as is not None and self._same_as.is_file_at(path, self.written_schema(), self.rows_per_group)
+
     def write_parquet(self, path: Path) -> None:
         """Written a row group at a time (a file stored without row groups is read whole, once);
         the stored file as it is when this is that file's table unchanged."""

@@ -179,17 +179,12 @@ class StoredTable:
         except (OSError, ValueError, pa.ArrowException) as error:
             raise StoredTableError(part.path, "the file is empty" if part.size == 0 else _short_reason(error)) from None
 
-    def holds_as_stored(self, path: Path, positions: np.ndarray, schema: pa.Schema, whole: pd.DataFrame, rows_per_group: int) -> bool:
-        """Whether the table a stage assembled (its rows this table's at `positions`, in that
-        order; `schema` as written; its small columns `whole`; a row group per
-        `rows_per_group` rows) is the file at `path` as it is, byte for byte what writing it
-        again would write: this table's own file, not replaced since, every row at its place,
-        the same schema and row groups, and the small columns equal to the stored ones (the
-        large ones are the stored ones, taken where they are)."""
+    def is_file_at(self, path: Path, schema: pa.Schema, rows_per_group: int) -> bool:
+        """Whether this table is the file at `path` as it is, byte for byte what writing its
+        rows again would write: its one file, not replaced by another run since it was read,
+        of `schema` (its pandas metadata too) and a row group per `rows_per_group` rows."""
         part = self._parts[0] if len(self._parts) == 1 else None
-        if not isinstance(part, PinnedFile) or not part.still_at(path) or len(positions) != len(self):
-            return False
-        if not np.array_equal(positions, np.arange(len(positions))):
+        if not isinstance(part, PinnedFile) or not part.still_at(path):
             return False
         try:
             file = pq.ParquetFile(part.source())
@@ -198,13 +193,8 @@ class StoredTable:
                 return False
         except (OSError, ValueError, pa.ArrowException):
             return False
-        rows = len(positions)
-        written_groups = [min(rows_per_group, rows - start) for start in range(0, rows, rows_per_group)] or [0]
-        if groups != written_groups:
-            return False
-        stored = self.columns(*whole.columns)
-        self.forget()
-        return stored.equals(whole.reset_index(drop=True))
+        rows = len(self)
+        return groups == ([min(rows_per_group, rows - start) for start in range(0, rows, rows_per_group)] or [0])
 
     def readable(self, instead: str) -> "StoredTable":
         """This table, or none at all when it cannot be read: a warning (printed by the CLI as
