@@ -24,7 +24,6 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from ..model.fingerprints import found_changes
 from .layout import journal_dir, reports_dir, run_stamp_path, tables_dir, write_text_file
 from .stored import StoredTable
-from .tables import null_to_none
 
 FileState = tuple[int, int]  # size in bytes, modification time in ns
 
@@ -71,7 +70,9 @@ def code_files_outside(project_root: Path, version: str) -> dict[str, str]:
     files: dict[str, str] = {}
     stored = StoredTable.at(project_root, "recorded_runs", "trial_runs", partition=version)
     if stored.exists:
-        for text in set(null_to_none(stored.columns("code_files")["code_files"])) - {None}:
+        # Read as a dictionary (store/stored.py REPEATED_TEXT): its few distinct texts are
+        # found by their codes, not by hashing every row's few KiB.
+        for text in stored.columns("code_files")["code_files"].dropna().unique():
             files.update((name, each) for name, each in json.loads(text).items() if Path(name).is_absolute())
     return files
 
