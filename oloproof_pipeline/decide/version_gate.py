@@ -61,6 +61,7 @@ def gate_of_version(
     gives them); `flags` are the certification's when the policy requires certified cases."""
     validity = stored["derived_cases"].columns(*VALIDITY_COLUMNS) if stored["derived_cases"].exists else None
     gated = stored["verdicts"].columns(*GATED_VERDICT_COLUMNS, "case_id")
+    stored["verdicts"].forget()  # held by `gated` alone, so let go of once the gate is decided (the report streams its own)
     later_trials = stored_trial_verdicts(project, stored["trial_verdicts"])
     # Without require_certified_cases a flagged case still counts; its FAILs are named.
     noted = stored_flags(project) if flags is None else []

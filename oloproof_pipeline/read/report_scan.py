@@ -7,13 +7,13 @@ panel's rows are read again (`HeldCases`) only for the panels rendered now, a ba
 from __future__ import annotations
 
 import hashlib
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
 import pandas as pd
 
-from ..model.fingerprints import row_key
 from ..model.outcomes import PASS
 from ..store.stored import StoredTable
 from ..store.tables import CASE_NESTED, FAULT_REPLAY_NESTED, RUN_NESTED, VERDICT_NESTED, from_json_text
@@ -100,13 +100,12 @@ class ReportScan:
     verdicts_at: dict[str, range | list[int]] = field(default_factory=dict)
     replays_at: dict[str, range | list[int]] = field(default_factory=dict)
     worst: dict[str, int] = field(default_factory=dict)
-    run_ids: dict[str, tuple[str | None, ...]] = field(default_factory=dict)
     failing: list[dict[str, Any]] = field(default_factory=list)  # failing verdicts, in table order, as the head lists them
     criteria: set[str] = field(default_factory=set)
     recorded_by: dict[str, int] = field(default_factory=dict)  # run -> rows it made, in order of appearance
     replayed_by: dict[str, int] = field(default_factory=dict)
     judged_by: dict[str, int] = field(default_factory=dict)
-    _digests: dict[str, dict[str, str]] = field(default_factory=dict, repr=False)  # table -> case -> digest
+    _digests: dict[str, dict[str, bytes]] = field(default_factory=dict, repr=False)  # table -> case -> digest (16 bytes)
 
     @classmethod
     def of(cls, tables: ReportTables) -> "ReportScan":
@@ -120,21 +119,23 @@ class ReportScan:
     def _scan_cases(self, cases: StreamedTable) -> None:
         digests = self._digests["cases"] = {}
         for start, (case_ids, source_ids, *shown) in cases.column_groups(PANEL_CASE_FIELDS):
+            case_ids = interned(case_ids)
             for offset, (case_id, source_id, row) in enumerate(zip(case_ids, source_ids, zip(case_ids, source_ids, *shown))):
                 if case_id not in self.case_at:
                     self.order.append(case_id)
                 self.case_at[case_id] = start + offset
                 if source_id:
                     self.sources[case_id] = source_id
-                digests[case_id] = row_key(repr(row))
+                digests[case_id] = short_digest(repr(row))
 
     def _scan_runs(self, runs: StreamedTable) -> None:
         digests = self._digests["runs"] = {}
         for start, (case_ids, recorded_by, *shown) in runs.column_groups(["case_id", "recorded_by_run", *PANEL_RUN_FIELDS]):
+            case_ids = interned(case_ids)
             status = shown[PANEL_RUN_FIELDS.index("status")]
             for offset, (case_id, run_id, row, ended) in enumerate(zip(case_ids, recorded_by, zip(*shown), status)):
                 self.run_at[case_id] = start + offset
-                digests[case_id] = row_key(repr(row))
+                digests[case_id] = short_digest(repr(row))
                 if ended != "ok":
                     self.worst[case_id] = min(self.worst.get(case_id, UNRANKED), RANK[FAILING[1]])
                 if run_id:
@@ -143,17 +144,14 @@ class ReportScan:
     def _scan_verdicts(self, verdicts: StreamedTable) -> None:
         shown_names = [name for name in PANEL_VERDICT_FIELDS if name not in PANEL_RUN_LINK_FIELDS]
         hashed: dict[str, Any] = {}
-        run_ids: dict[str, list[str | None]] = {}
-        one_of_each: dict[str | None, str | None] = {}  # a run id is one string, not one per cell
         at_outcome = shown_names.index("outcome")
         for start, columns in verdicts.column_groups([*shown_names, *PANEL_RUN_LINK_FIELDS]):
             shown, links = columns[: len(shown_names)], columns[len(shown_names) :]
             for offset, (row, linked) in enumerate(zip(zip(*shown), zip(*links))):
-                case_id, criterion, outcome = row[0], row[1], row[at_outcome]
+                case_id, criterion, outcome = interned([row[0]])[0], row[1], row[at_outcome]
                 if case_id not in hashed:
-                    hashed[case_id], run_ids[case_id] = hashlib.sha256(), []
+                    hashed[case_id] = hashlib.sha256()
                 hashed[case_id].update(repr(row).encode("utf-8"))
-                run_ids[case_id] += [one_of_each.setdefault(run_id, run_id) for run_id in linked]
                 add_position(self.verdicts_at, case_id, start + offset)
                 self.worst[case_id] = min(self.worst.get(case_id, UNRANKED), RANK.get(outcome, UNRANKED))
                 self.criteria.add(criterion)
@@ -162,22 +160,21 @@ class ReportScan:
                     self.judged_by[judged_by] = self.judged_by.get(judged_by, 0) + 1
                 if outcome in FAILING:
                     self.failing.append(failing_row(dict(zip(shown_names, row))))
-        self._digests["verdicts"] = {case_id: digest.hexdigest() for case_id, digest in hashed.items()}
-        self.run_ids = {case_id: tuple(ids) for case_id, ids in run_ids.items()}
+        self._digests["verdicts"] = {case_id: digest.digest()[:16] for case_id, digest in hashed.items()}
 
     def _scan_replays(self, replays: StreamedTable) -> None:
         shown_names = [name for name in REPORT_REPLAY_FIELDS if name != "replayed_by_run"]
         hashed: dict[str, Any] = {}
         for start, (*shown, replayed_by) in replays.column_groups([*shown_names, "replayed_by_run"]):
             for offset, (row, run_id) in enumerate(zip(zip(*shown), replayed_by)):
-                case_id = row[0]
+                case_id = interned([row[0]])[0]
                 if case_id not in hashed:
                     hashed[case_id] = hashlib.sha256()
                 hashed[case_id].update(repr(row).encode("utf-8"))
                 add_position(self.replays_at, case_id, start + offset)
                 if run_id:
                     self.replayed_by[run_id] = self.replayed_by.get(run_id, 0) + 1
-        self._digests["replays"] = {case_id: digest.hexdigest() for case_id, digest in hashed.items()}
+        self._digests["replays"] = {case_id: digest.digest()[:16] for case_id, digest in hashed.items()}
 
     def failing_first(self) -> tuple[list[str], int]:
         """The case ids as the report shows them: each case whose worst outcome is FAIL, then
@@ -191,11 +188,33 @@ class ReportScan:
         """The key a case's panel is kept under: the stored values it shows and the code that
         renders it (not the runs it links to: filled in as it is written)."""
         digests, source_id = self._digests, self.sources.get(case_id)
-        return panel_key(
+        shown = (
             digests["cases"][case_id], digests["runs"].get(case_id), digests["verdicts"].get(case_id),
             digests["replays"].get(case_id),
             digests["runs"].get(source_id) if source_id else None,  # a copy's pair shows its source's calls
         )
+        return panel_key(*(None if digest is None else digest.hex() for digest in shown))
+
+    def run_ids(self, tables: ReportTables, case_ids: list[str]) -> dict[str, list[str | None]]:
+        """The runs each case's panel links to, each verdict's `PANEL_RUN_LINK_FIELDS` in turn:
+        read again for a batch (not held per case)."""
+        rows = tables.verdicts.rows(
+            (position for case_id in case_ids for position in self.verdicts_at.get(case_id, ())), PANEL_RUN_LINK_FIELDS
+        )
+        return {
+            case_id: [rows[position][name] for position in self.verdicts_at.get(case_id, ()) for name in PANEL_RUN_LINK_FIELDS]
+            for case_id in case_ids
+        }
+
+
+def interned(case_ids: list[str | None]) -> list[str | None]:
+    """Each case id as one string object, however many tables' indexes name it."""
+    return [None if case_id is None else sys.intern(case_id) for case_id in case_ids]
+
+
+def short_digest(text: str) -> bytes:
+    """128 bits of a row's SHA-256 (as `row_key`), kept as bytes: half the memory of its hex."""
+    return hashlib.sha256(text.encode("utf-8")).digest()[:16]
 
 
 def add_position(index: dict[str, range | list[int]], case_id: str, position: int) -> None:

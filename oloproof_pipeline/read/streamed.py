@@ -25,7 +25,8 @@ class StreamedTable:
 
     parts: list[StoredTable]
     _groups: list[tuple[RowGroups, int, int, int]] = field(init=False, repr=False)  # (its part's groups, index, start, rows)
-    _last: tuple[int, tuple[str, ...], pa.Table] | None = field(default=None, init=False, repr=False)
+    # The last group read of each set of names (a report reads a few sets, a sweep each).
+    _last: dict[tuple[str, ...], tuple[int, pa.Table]] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.parts = [part for part in self.parts if part.exists]
@@ -52,12 +53,13 @@ class StreamedTable:
 
     def _read(self, at: int, names: tuple[str, ...]) -> pa.Table:
         """Group `at`'s columns `names`, a column the file lacks as nulls."""
-        if self._last is not None and self._last[:2] == (at, names):
-            return self._last[2]
+        last = self._last.get(names)
+        if last is not None and last[0] == at:
+            return last[1]
         groups, index, _, rows = self._groups[at]
         read = groups.read(index, list(names))
         table = pa.table({name: read.column(name) if name in read.column_names else pa.nulls(rows) for name in names})
-        self._last = (at, names, table)
+        self._last[names] = (at, table)
         return table
 
     def groups(self, names: Iterable[str]) -> Iterator[tuple[int, pa.Table]]:
