@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
+import numpy as np
 import pandas as pd
 
-from ..model.outcomes import PASS
+from ..model.outcomes import MISSING, PASS
 from ..store.stored import StoredTable
 from ..store.tables import CASE_NESTED, FAULT_REPLAY_NESTED, RUN_NESTED, VERDICT_NESTED, from_json_text
 from .report_view import (
@@ -87,111 +88,174 @@ class ReportTables:
         )
 
 
-@dataclass
+class RowSpans:
+    """Each case's rows in one table (by case number): where they start and how many, while
+    they follow one another (as stored, they do); a case whose rows are apart keeps a list."""
+
+    def __init__(self, cases: int):
+        self.first = np.full(cases, -1, dtype=np.int64)
+        self.count = np.zeros(cases, dtype=np.int64)
+        self.apart: dict[int, list[int]] = {}
+
+    def add(self, number: int, position: int) -> None:
+        if number in self.apart:
+            self.apart[number].append(position)
+        elif self.count[number] == 0:
+            self.first[number], self.count[number] = position, 1
+        elif self.first[number] + self.count[number] == position:
+            self.count[number] += 1
+        else:
+            first = int(self.first[number])
+            self.apart[number] = [*range(first, first + int(self.count[number])), position]
+
+    def positions(self, number: int | None) -> range | list[int]:
+        if number is None:
+            return range(0)
+        if number in self.apart:
+            return self.apart[number]
+        first = int(self.first[number])
+        return range(first, first + int(self.count[number]))
+
+
+# A case's digests, one slot per table whose rows its panel shows (all zero: no row).
+DIGESTED = ("cases", "runs", "verdicts", "replays")
+DIGEST_BYTES = 16
+
+
 class ReportScan:
     """Per case what the page needs of every case (see the module's words), from one pass
-    over each table."""
+    over each table, held by case number in arrays (a few dozen bytes a case, plus its id)."""
 
-    order: list[str] = field(default_factory=list)  # the case ids, sources then copies
-    case_at: dict[str, int] = field(default_factory=dict)
-    sources: dict[str, str] = field(default_factory=dict)  # copy -> its source
-    run_at: dict[str, int] = field(default_factory=dict)
-    # case -> its rows' positions: a range while they are contiguous (as stored, they are)
-    verdicts_at: dict[str, range | list[int]] = field(default_factory=dict)
-    replays_at: dict[str, range | list[int]] = field(default_factory=dict)
-    worst: dict[str, int] = field(default_factory=dict)
-    failing: list[dict[str, Any]] = field(default_factory=list)  # failing verdicts, in table order, as the head lists them
-    criteria: set[str] = field(default_factory=set)
-    recorded_by: dict[str, int] = field(default_factory=dict)  # run -> rows it made, in order of appearance
-    replayed_by: dict[str, int] = field(default_factory=dict)
-    judged_by: dict[str, int] = field(default_factory=dict)
-    _digests: dict[str, dict[str, bytes]] = field(default_factory=dict, repr=False)  # table -> case -> digest (16 bytes)
+    def __init__(self) -> None:
+        self.order: list[str] = []  # the case ids, sources then copies
+        self.number: dict[str, int] = {}  # case id -> its number (its place in `order`)
+        self.failing: list[dict[str, Any]] = []  # failing verdicts, in table order, as the head lists them
+        self.criteria: set[str] = set()
+        self.recorded_by: dict[str, int] = {}  # run -> rows it made, in order of appearance
+        self.replayed_by: dict[str, int] = {}
+        self.judged_by: dict[str, int] = {}
 
     @classmethod
     def of(cls, tables: ReportTables) -> "ReportScan":
         scan = cls()
         scan._scan_cases(tables.cases)
+        cases = len(scan.order)
+        scan._run_at = np.full(cases, -1, dtype=np.int64)
+        scan._worst = np.full(cases, UNRANKED, dtype=np.int8)
+        scan._verdicts, scan._replays = RowSpans(cases), RowSpans(cases)
         scan._scan_runs(tables.runs)
         scan._scan_verdicts(tables.verdicts)
         scan._scan_replays(tables.replays)
         return scan
 
     def _scan_cases(self, cases: StreamedTable) -> None:
-        digests = self._digests["cases"] = {}
+        positions, sources, digests = [], [], bytearray()
         for start, (case_ids, source_ids, *shown) in cases.column_groups(PANEL_CASE_FIELDS):
-            case_ids = interned(case_ids)
-            for offset, (case_id, source_id, row) in enumerate(zip(case_ids, source_ids, zip(case_ids, source_ids, *shown))):
-                if case_id not in self.case_at:
+            for offset, row in enumerate(zip(case_ids, source_ids, *shown)):
+                case_id = sys.intern(row[0])
+                number = self.number.get(case_id)
+                if number is None:
+                    number = self.number[case_id] = len(self.order)
                     self.order.append(case_id)
-                self.case_at[case_id] = start + offset
-                if source_id:
-                    self.sources[case_id] = source_id
-                digests[case_id] = short_digest(repr(row))
+                    positions.append(0)
+                    sources.append(None)
+                    digests += bytes(DIGEST_BYTES * len(DIGESTED))
+                positions[number], sources[number] = start + offset, row[1] or None
+                self._put_digest(digests, number, "cases", short_digest(repr(row)))
+        self._case_at = np.array(positions, dtype=np.int64)
+        self._source = np.array([-1 if source is None else self.number.get(source, -1) for source in sources], dtype=np.int64)
+        self._digests = digests
+
+    @staticmethod
+    def _put_digest(digests: bytearray, number: int, table: str, digest: bytes) -> None:
+        at = (number * len(DIGESTED) + DIGESTED.index(table)) * DIGEST_BYTES
+        digests[at : at + DIGEST_BYTES] = digest
+
+    def _digest(self, number: int, table: str) -> bytes | None:
+        at = (number * len(DIGESTED) + DIGESTED.index(table)) * DIGEST_BYTES
+        digest = bytes(self._digests[at : at + DIGEST_BYTES])
+        return None if digest == bytes(DIGEST_BYTES) else digest
 
     def _scan_runs(self, runs: StreamedTable) -> None:
-        digests = self._digests["runs"] = {}
+        at_status = PANEL_RUN_FIELDS.index("status")
         for start, (case_ids, recorded_by, *shown) in runs.column_groups(["case_id", "recorded_by_run", *PANEL_RUN_FIELDS]):
-            case_ids = interned(case_ids)
-            status = shown[PANEL_RUN_FIELDS.index("status")]
-            for offset, (case_id, run_id, row, ended) in enumerate(zip(case_ids, recorded_by, zip(*shown), status)):
-                self.run_at[case_id] = start + offset
-                digests[case_id] = short_digest(repr(row))
-                if ended != "ok":
-                    self.worst[case_id] = min(self.worst.get(case_id, UNRANKED), RANK[FAILING[1]])
+            for offset, (case_id, run_id, row) in enumerate(zip(case_ids, recorded_by, zip(*shown))):
                 if run_id:
                     self.recorded_by[run_id] = self.recorded_by.get(run_id, 0) + 1
+                number = self.number.get(case_id)
+                if number is None:  # a recording of no case the report shows
+                    continue
+                self._run_at[number] = start + offset
+                self._put_digest(self._digests, number, "runs", short_digest(repr(row)))
+                if row[at_status] != "ok":
+                    self._worst[number] = min(self._worst[number], RANK[MISSING])
 
     def _scan_verdicts(self, verdicts: StreamedTable) -> None:
         shown_names = [name for name in PANEL_VERDICT_FIELDS if name not in PANEL_RUN_LINK_FIELDS]
-        hashed: dict[str, Any] = {}
-        at_outcome = shown_names.index("outcome")
+        at_outcome, at_judged = shown_names.index("outcome"), PANEL_RUN_LINK_FIELDS.index("judged_by_run")
+        rows = RowDigests(self, "verdicts")
         for start, columns in verdicts.column_groups([*shown_names, *PANEL_RUN_LINK_FIELDS]):
             shown, links = columns[: len(shown_names)], columns[len(shown_names) :]
-            for offset, (row, linked) in enumerate(zip(zip(*shown), zip(*links))):
-                case_id, criterion, outcome = interned([row[0]])[0], row[1], row[at_outcome]
-                if case_id not in hashed:
-                    hashed[case_id] = hashlib.sha256()
-                hashed[case_id].update(repr(row).encode("utf-8"))
-                add_position(self.verdicts_at, case_id, start + offset)
-                self.worst[case_id] = min(self.worst.get(case_id, UNRANKED), RANK.get(outcome, UNRANKED))
-                self.criteria.add(criterion)
-                judged_by = linked[PANEL_RUN_LINK_FIELDS.index("judged_by_run")]
+            for offset, (row, judged_by) in enumerate(zip(zip(*shown), links[at_judged])):
+                outcome = row[at_outcome]
+                self.criteria.add(row[1])
                 if judged_by:
                     self.judged_by[judged_by] = self.judged_by.get(judged_by, 0) + 1
                 if outcome in FAILING:
                     self.failing.append(failing_row(dict(zip(shown_names, row))))
-        self._digests["verdicts"] = {case_id: digest.digest()[:16] for case_id, digest in hashed.items()}
+                number = rows.add(row[0], row)
+                if number is not None:
+                    self._verdicts.add(number, start + offset)
+                    self._worst[number] = min(self._worst[number], RANK.get(outcome, UNRANKED))
+        rows.close()
 
     def _scan_replays(self, replays: StreamedTable) -> None:
         shown_names = [name for name in REPORT_REPLAY_FIELDS if name != "replayed_by_run"]
-        hashed: dict[str, Any] = {}
+        rows = RowDigests(self, "replays")
         for start, (*shown, replayed_by) in replays.column_groups([*shown_names, "replayed_by_run"]):
             for offset, (row, run_id) in enumerate(zip(zip(*shown), replayed_by)):
-                case_id = interned([row[0]])[0]
-                if case_id not in hashed:
-                    hashed[case_id] = hashlib.sha256()
-                hashed[case_id].update(repr(row).encode("utf-8"))
-                add_position(self.replays_at, case_id, start + offset)
                 if run_id:
                     self.replayed_by[run_id] = self.replayed_by.get(run_id, 0) + 1
-        self._digests["replays"] = {case_id: digest.digest()[:16] for case_id, digest in hashed.items()}
+                number = rows.add(row[0], row)
+                if number is not None:
+                    self._replays.add(number, start + offset)
+        rows.close()
 
     def failing_first(self) -> tuple[list[str], int]:
         """The case ids as the report shows them: each case whose worst outcome is FAIL, then
         MISSING (or whose recording failed), then the rest, each in the case set's order; and
         how many fail."""
-        passing = RANK[PASS]
-        ordered = sorted(self.order, key=lambda case_id: min(self.worst.get(case_id, UNRANKED), passing))
-        return ordered, sum(self.worst.get(case_id, UNRANKED) < passing for case_id in self.order)
+        rank = np.minimum(self._worst, RANK[PASS])
+        ordered = np.argsort(rank, kind="stable").tolist()
+        return [self.order[number] for number in ordered], int((self._worst < RANK[PASS]).sum())
+
+    def case_position(self, case_id: str) -> int | None:
+        number = self.number.get(case_id)
+        return None if number is None else int(self._case_at[number])
+
+    def run_position(self, case_id: str | None) -> int | None:
+        number = self.number.get(case_id) if case_id is not None else None
+        return None if number is None or self._run_at[number] < 0 else int(self._run_at[number])
+
+    def source_of(self, case_id: str) -> str | None:
+        number = self.number.get(case_id)
+        source = -1 if number is None else int(self._source[number])
+        return None if source < 0 else self.order[source]
+
+    def verdict_positions(self, case_id: str) -> range | list[int]:
+        return self._verdicts.positions(self.number.get(case_id))
+
+    def replay_positions(self, case_id: str) -> range | list[int]:
+        return self._replays.positions(self.number.get(case_id))
 
     def panel_key(self, case_id: str) -> str:
         """The key a case's panel is kept under: the stored values it shows and the code that
         renders it (not the runs it links to: filled in as it is written)."""
-        digests, source_id = self._digests, self.sources.get(case_id)
+        number = self.number[case_id]
+        source = int(self._source[number])
         shown = (
-            digests["cases"][case_id], digests["runs"].get(case_id), digests["verdicts"].get(case_id),
-            digests["replays"].get(case_id),
-            digests["runs"].get(source_id) if source_id else None,  # a copy's pair shows its source's calls
+            *(self._digest(number, table) for table in DIGESTED),
+            self._digest(source, "runs") if source >= 0 else None,  # a copy's pair shows its source's calls
         )
         return panel_key(*(None if digest is None else digest.hex() for digest in shown))
 
@@ -199,36 +263,43 @@ class ReportScan:
         """The runs each case's panel links to, each verdict's `PANEL_RUN_LINK_FIELDS` in turn:
         read again for a batch (not held per case)."""
         rows = tables.verdicts.rows(
-            (position for case_id in case_ids for position in self.verdicts_at.get(case_id, ())), PANEL_RUN_LINK_FIELDS
+            (position for case_id in case_ids for position in self.verdict_positions(case_id)), PANEL_RUN_LINK_FIELDS
         )
         return {
-            case_id: [rows[position][name] for position in self.verdicts_at.get(case_id, ()) for name in PANEL_RUN_LINK_FIELDS]
+            case_id: [rows[position][name] for position in self.verdict_positions(case_id) for name in PANEL_RUN_LINK_FIELDS]
             for case_id in case_ids
         }
 
 
-def interned(case_ids: list[str | None]) -> list[str | None]:
-    """Each case id as one string object, however many tables' indexes name it."""
-    return [None if case_id is None else sys.intern(case_id) for case_id in case_ids]
+class RowDigests:
+    """A digest of each case's rows in one table, in order: rows of one case follow one
+    another (as stored), so one digest is open at a time; a case met again later goes on from
+    the digest it had."""
+
+    def __init__(self, scan: ReportScan, table: str):
+        self.scan, self.table = scan, table
+        self.number: int | None = None
+        self.hashed: Any = None
+
+    def add(self, case_id: str, row: tuple[Any, ...]) -> int | None:
+        number = self.scan.number.get(case_id)
+        if number is None:  # a row of no case the report shows
+            return None
+        if number != self.number:
+            self.close()
+            self.number, self.hashed = number, hashlib.sha256(self.scan._digest(number, self.table) or b"")
+        self.hashed.update(repr(row).encode("utf-8"))
+        return number
+
+    def close(self) -> None:
+        if self.number is not None:
+            self.scan._put_digest(self.scan._digests, self.number, self.table, self.hashed.digest()[:DIGEST_BYTES])
+        self.number = None
 
 
 def short_digest(text: str) -> bytes:
     """128 bits of a row's SHA-256 (as `row_key`), kept as bytes: half the memory of its hex."""
     return hashlib.sha256(text.encode("utf-8")).digest()[:16]
-
-
-def add_position(index: dict[str, range | list[int]], case_id: str, position: int) -> None:
-    """The case's rows' positions with `position` added: a range while they follow one
-    another (48 bytes a case, not a Python int a row), else a list."""
-    found = index.get(case_id)
-    if found is None:
-        index[case_id] = range(position, position + 1)
-    elif isinstance(found, range) and found.stop == position:
-        index[case_id] = range(found.start, position + 1)
-    elif isinstance(found, range):
-        index[case_id] = [*found, position]
-    else:
-        found.append(position)
 
 
 def failing_row(verdict: dict[str, Any]) -> dict[str, Any]:
@@ -248,26 +319,28 @@ class HeldCases:
 
     def __init__(self, tables: ReportTables, scan: ReportScan, case_ids: Iterable[str]):
         self.version = tables.version
-        case_ids = [case_id for case_id in case_ids if case_id in scan.case_at]
+        case_ids = [case_id for case_id in case_ids if case_id in scan.number]
         self._scan = scan
-        self._cases = tables.cases.rows((scan.case_at[case_id] for case_id in case_ids), PANEL_CASE_FIELDS, CASE_NESTED)
-        recorded = [*case_ids, *(scan.sources[case_id] for case_id in case_ids if case_id in scan.sources)]
-        self._runs = tables.runs.rows((scan.run_at[case_id] for case_id in recorded if case_id in scan.run_at), PANEL_RUN_FIELDS, RUN_NESTED)
+        self._cases = tables.cases.rows((scan.case_position(case_id) for case_id in case_ids), PANEL_CASE_FIELDS, CASE_NESTED)
+        recorded = [*case_ids, *filter(None, map(scan.source_of, case_ids))]
+        self._runs = tables.runs.rows(
+            (position for position in map(scan.run_position, recorded) if position is not None), PANEL_RUN_FIELDS, RUN_NESTED
+        )
         self._verdicts = tables.verdicts.rows(
-            (position for case_id in case_ids for position in scan.verdicts_at.get(case_id, ())), PANEL_VERDICT_FIELDS, VERDICT_NESTED
+            (position for case_id in case_ids for position in scan.verdict_positions(case_id)), PANEL_VERDICT_FIELDS, VERDICT_NESTED
         )
         replays = tables.replays.rows(
-            (position for case_id in case_ids for position in scan.replays_at.get(case_id, ())), REPORT_REPLAY_FIELDS, FAULT_REPLAY_NESTED
+            (position for case_id in case_ids for position in scan.replay_positions(case_id)), REPORT_REPLAY_FIELDS, FAULT_REPLAY_NESTED
         )
         self.replays = {(row["case_id"], row["criterion"]): row for _, row in sorted(replays.items())}
 
     def case(self, case_id: str, names: Iterable[str] | None = None) -> dict[str, Any] | None:
-        position = self._scan.case_at.get(case_id)
+        position = self._scan.case_position(case_id)
         return None if position is None else self._cases.get(position)
 
     def recording(self, case_id: str, names: Iterable[str] | None = None) -> dict[str, Any] | None:
-        position = self._scan.run_at.get(case_id)
+        position = self._scan.run_position(case_id)
         return None if position is None else self._runs.get(position)
 
     def verdicts_of(self, case_id: str, names: Iterable[str] | None = None) -> list[dict[str, Any]]:
-        return [self._verdicts[position] for position in self._scan.verdicts_at.get(case_id, ())]
+        return [self._verdicts[position] for position in self._scan.verdict_positions(case_id)]

@@ -19,6 +19,10 @@ from ..store.stored import RowGroups, StoredTable
 from ..store.tables import from_json_text
 
 
+# Rows made Python values at a time in a pass over a table.
+SLICE_ROWS = 8192
+
+
 @dataclass
 class StreamedTable:
     """One table (or several stacked, each a part: the sources, then their copies), by row group."""
@@ -69,9 +73,12 @@ class StreamedTable:
             yield start, self._read(at, names)
 
     def column_groups(self, names: Iterable[str]) -> Iterator[tuple[int, list[list[Any]]]]:
-        """`groups` with each column a list of Python values (nulls as None)."""
+        """`groups` with each column a list of Python values (nulls as None), at most
+        `SLICE_ROWS` rows at a time (a table written whole is one group of every row)."""
         for start, table in self.groups(names):
-            yield start, [column.to_pylist() for column in table.columns]
+            for offset in range(0, table.num_rows, SLICE_ROWS):
+                part = table.slice(offset, SLICE_ROWS)
+                yield start + offset, [column.to_pylist() for column in part.columns]
 
     def rows(self, positions: Iterable[int], names: Iterable[str], nested: Iterable[str] = ()) -> dict[int, dict[str, Any]]:
         """position -> the row there as plain values of `names`, JSON text parsed in `nested`;
