@@ -7,10 +7,11 @@ panel's rows are read again (`HeldCases`) only for the panels rendered now, a ba
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 import pandas as pd
@@ -108,6 +109,13 @@ class RowSpans:
             first = int(self.first[number])
             self.apart[number] = [*range(first, first + int(self.count[number])), position]
 
+    def add_run(self, number: int, first: int, count: int) -> None:
+        if number not in self.apart and self.count[number] == 0:
+            self.first[number], self.count[number] = first, count
+        else:
+            for position in range(first, first + count):
+                self.add(number, position)
+
     def positions(self, number: int | None) -> range | list[int]:
         if number is None:
             return range(0)
@@ -191,22 +199,27 @@ class ReportScan:
                     self._worst[number] = min(self._worst[number], RANK[MISSING])
 
     def _scan_verdicts(self, verdicts: StreamedTable) -> None:
+        """A slice of rows at a time: what is counted, by the column; what is per case, by each
+        run of one case's rows (a case's verdicts follow one another)."""
         shown_names = [name for name in PANEL_VERDICT_FIELDS if name not in PANEL_RUN_LINK_FIELDS]
         at_outcome, at_judged = shown_names.index("outcome"), PANEL_RUN_LINK_FIELDS.index("judged_by_run")
         rows = RowDigests(self, "verdicts")
         for start, columns in verdicts.column_groups([*shown_names, *PANEL_RUN_LINK_FIELDS]):
             shown, links = columns[: len(shown_names)], columns[len(shown_names) :]
-            for offset, (row, judged_by) in enumerate(zip(zip(*shown), links[at_judged])):
-                outcome = row[at_outcome]
-                self.criteria.add(row[1])
-                if judged_by:
-                    self.judged_by[judged_by] = self.judged_by.get(judged_by, 0) + 1
+            case_ids, outcomes = shown[0], shown[at_outcome]
+            self.criteria.update(shown[1])
+            for run_id, count in Counter(links[at_judged]).items():
+                if run_id:
+                    self.judged_by[run_id] = self.judged_by.get(run_id, 0) + count
+            for at, outcome in enumerate(outcomes):
                 if outcome in FAILING:
-                    self.failing.append(failing_row(dict(zip(shown_names, row))))
-                number = rows.add(row[0], row)
+                    self.failing.append(failing_row({name: values[at] for name, values in zip(shown_names, shown)}))
+            for first, end in case_runs(case_ids):
+                number = rows.add_rows(case_ids[first], zip(*(values[first:end] for values in shown)))
                 if number is not None:
-                    self._verdicts.add(number, start + offset)
-                    self._worst[number] = min(self._worst[number], RANK.get(outcome, UNRANKED))
+                    self._verdicts.add_run(number, start + first, end - first)
+                    worst = min(RANK.get(outcome, UNRANKED) for outcome in outcomes[first:end])
+                    self._worst[number] = min(self._worst[number], worst)
         rows.close()
 
     def _scan_replays(self, replays: StreamedTable) -> None:
@@ -282,19 +295,32 @@ class RowDigests:
         self.hashed: Any = None
 
     def add(self, case_id: str, row: tuple[Any, ...]) -> int | None:
+        return self.add_rows(case_id, (row,))
+
+    def add_rows(self, case_id: str, rows: Iterable[tuple[Any, ...]]) -> int | None:
+        """Rows of one case, in order (digested as if one at a time: however they are split)."""
         number = self.scan.number.get(case_id)
         if number is None:  # a row of no case the report shows
             return None
         if number != self.number:
             self.close()
             self.number, self.hashed = number, hashlib.sha256(self.scan._digest(number, self.table) or b"")
-        self.hashed.update(repr(row).encode("utf-8"))
+        self.hashed.update("".join(map(repr, rows)).encode("utf-8"))
         return number
 
     def close(self) -> None:
         if self.number is not None:
             self.scan._put_digest(self.scan._digests, self.number, self.table, self.hashed.digest()[:DIGEST_BYTES])
         self.number = None
+
+
+def case_runs(case_ids: list[str | None]) -> Iterator[tuple[int, int]]:
+    """(first, end) of each run of rows of one case."""
+    if not case_ids:
+        return
+    ids = np.array(case_ids, dtype=object)
+    bounds = [0, *(np.flatnonzero(ids[1:] != ids[:-1]) + 1).tolist(), len(case_ids)]
+    yield from zip(bounds, bounds[1:])
 
 
 def short_digest(text: str) -> bytes:
