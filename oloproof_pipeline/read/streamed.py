@@ -31,6 +31,7 @@ class StreamedTable:
     _groups: list[tuple[RowGroups, int, int, int]] = field(init=False, repr=False)  # (its part's groups, index, start, rows)
     # The last group read of each set of names (a report reads a few sets, a sweep each).
     _last: dict[tuple[str, ...], tuple[int, pa.Table]] = field(default_factory=dict, init=False, repr=False)
+    rows_read: int = field(default=0, init=False)  # rows asked for by position (`rows`), the report's work per panel
 
     def __post_init__(self) -> None:
         self.parts = [part for part in self.parts if part.exists]
@@ -88,6 +89,7 @@ class StreamedTable:
         found: dict[int, dict[str, Any]] = {}
         if not len(wanted):
             return found
+        self.rows_read += len(wanted)
         group_of = np.searchsorted(self._starts, wanted, side="right") - 1
         for at in np.unique(group_of).tolist():
             here = wanted[group_of == at]
