@@ -21,6 +21,8 @@ from ..store.tables import from_json_text
 
 # Rows made Python values at a time in a pass over a table.
 SLICE_ROWS = 8192
+# Groups kept read per set of names (at most 16,384 rows each).
+GROUPS_KEPT = 3
 
 
 @dataclass
@@ -29,8 +31,9 @@ class StreamedTable:
 
     parts: list[StoredTable]
     _groups: list[tuple[RowGroups, int, int, int]] = field(init=False, repr=False)  # (its part's groups, index, start, rows)
-    # The last group read of each set of names (a report reads a few sets, a sweep each).
-    _last: dict[tuple[str, ...], tuple[int, pa.Table]] = field(default_factory=dict, init=False, repr=False)
+    # The last groups read of each set of names, the most recent last (a report reads a few
+    # sets, a sweep each; a copy's panel also reads its source's recording, further back).
+    _last: dict[tuple[str, ...], dict[int, pa.Table]] = field(default_factory=dict, init=False, repr=False)
     rows_read: int = field(default=0, init=False)  # rows asked for by position (`rows`), the report's work per panel
 
     def __post_init__(self) -> None:
@@ -58,13 +61,15 @@ class StreamedTable:
 
     def _read(self, at: int, names: tuple[str, ...]) -> pa.Table:
         """Group `at`'s columns `names`, a column the file lacks as nulls."""
-        last = self._last.get(names)
-        if last is not None and last[0] == at:
-            return last[1]
+        last = self._last.setdefault(names, {})
+        if at in last:
+            last[at] = last.pop(at)  # the most recent last
+            return last[at]
         groups, index, _, rows = self._groups[at]
         read = groups.read(index, list(names))
-        table = pa.table({name: read.column(name) if name in read.column_names else pa.nulls(rows) for name in names})
-        self._last[names] = (at, table)
+        table = last[at] = pa.table({name: read.column(name) if name in read.column_names else pa.nulls(rows) for name in names})
+        if len(last) > GROUPS_KEPT:
+            del last[next(iter(last))]
         return table
 
     def groups(self, names: Iterable[str]) -> Iterator[tuple[int, pa.Table]]:
