@@ -59,15 +59,19 @@ class StreamedTable:
     def names(self) -> set[str]:
         return {name for part in self.parts for name in part.names}
 
-    def _read(self, at: int, names: tuple[str, ...]) -> pa.Table:
+    def _read_group(self, at: int, names: tuple[str, ...]) -> pa.Table:
         """Group `at`'s columns `names`, a column the file lacks as nulls."""
+        groups, index, _, rows = self._groups[at]
+        read = groups.read(index, list(names))
+        return pa.table({name: read.column(name) if name in read.column_names else pa.nulls(rows) for name in names})
+
+    def _read(self, at: int, names: tuple[str, ...]) -> pa.Table:
+        """`_read_group`, the last `GROUPS_KEPT` groups of each set of names kept for the next ask."""
         last = self._last.setdefault(names, {})
         if at in last:
             last[at] = last.pop(at)  # the most recent last
             return last[at]
-        groups, index, _, rows = self._groups[at]
-        read = groups.read(index, list(names))
-        table = last[at] = pa.table({name: read.column(name) if name in read.column_names else pa.nulls(rows) for name in names})
+        table = last[at] = self._read_group(at, names)
         if len(last) > GROUPS_KEPT:
             del last[next(iter(last))]
         return table
@@ -75,8 +79,8 @@ class StreamedTable:
     def groups(self, names: Iterable[str]) -> Iterator[tuple[int, pa.Table]]:
         """(position of its first row, the group's columns) of each group in turn."""
         names = tuple(names)
-        for at, (_, _, start, _) in enumerate(self._groups):
-            yield start, self._read(at, names)
+        for at, (_, _, start, _) in enumerate(self._groups):  # a pass: nothing kept after it
+            yield start, self._read_group(at, names)
 
     def column_groups(self, names: Iterable[str]) -> Iterator[tuple[int, list[list[Any]]]]:
         """`groups` with each column a list of Python values (nulls as None), at most
@@ -115,5 +119,7 @@ class StreamedTable:
         names = list(names)
         hashed = hashlib.sha256()
         for _, table in self.groups(names):
-            hashed.update(frame_digest(tag, table.to_pandas(), producer="report").encode("utf-8"))
+            for offset in range(0, max(table.num_rows, 1), SLICE_ROWS):  # a group of a whole table: a slice at a time
+                part = table.slice(offset, SLICE_ROWS).to_pandas()
+                hashed.update(frame_digest(tag, part, producer="report").encode("utf-8"))
         return f"{tag}:{len(self._groups)}:{hashed.hexdigest()}"
