@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Iterable, Iterator, Literal
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, computed_field
 
 from ..model.config import NO_RELEASE_POLICY, Project, RuleConfig
@@ -228,10 +230,21 @@ def verdict_parts(verdicts: Verdicts, names: Iterable[str]) -> Iterator[pd.DataF
 
 
 def metric_outcomes(verdicts: Verdicts, metric: str) -> Iterator[tuple[str | None, str | None]]:
-    """(group_id, outcome) of each verdict on `metric` that counts (not structurally excluded)."""
-    for part in verdict_parts(verdicts, ["criterion", "group_id", "outcome", "reason"]):
-        of_metric = part[(part["criterion"] == metric) & ~part["reason"].isin(STRUCTURAL_EXCLUSIONS)]
+    """(group_id, outcome) of each verdict on `metric` that counts (not structurally excluded);
+    a stored table's groups filtered in Arrow, only the matching rows made Python values."""
+    names = ["criterion", "group_id", "outcome", "reason"]
+    if isinstance(verdicts, pd.DataFrame):
+        of_metric = verdicts[(verdicts["criterion"] == metric) & ~verdicts["reason"].isin(STRUCTURAL_EXCLUSIONS)]
         yield from zip(null_to_none(of_metric["group_id"]), null_to_none(of_metric["outcome"]))
+        return
+    excluded = pa.array(sorted(STRUCTURAL_EXCLUSIONS), type=pa.string())
+    groups = verdicts.row_groups()
+    for group in range(len(groups.starts)):
+        part = groups.read(group, names)
+        # A null criterion matches nothing; a null reason is not an exclusion (as pandas' `==` and `isin`).
+        counts = pc.and_(pc.equal(part["criterion"], metric), pc.invert(pc.is_in(part["reason"], value_set=excluded)))
+        of_metric = part.filter(counts)
+        yield from zip(of_metric["group_id"].to_pylist(), of_metric["outcome"].to_pylist())
 
 
 def decide_release_gate(
