@@ -1,14 +1,15 @@
 """The report's tables, and one pass over each a row group at a time (`streamed.StreamedTable`)
-that keeps per case only what the page needs of every case: where its rows are, its panel's
-key (a digest of the stored values the panel shows), the runs its panel links to and its
-worst outcome; and for the page's head only counts and the failing verdicts it lists. A
-panel's rows are read again (`HeldCases`) only for the panels rendered now, a batch at a time."""
+that keeps per case only what the page needs of every case: where its rows are, digests of
+the stored values its panel shows (its panel's key) and its worst outcome; and for the page's
+head only counts and the failing verdicts it lists. A panel's rows are read again
+(`HeldCases`) only for the panels rendered now, and the runs a kept panel links to, a batch
+at a time."""
 
 from __future__ import annotations
 
 import hashlib
-from collections import Counter
 import sys
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
