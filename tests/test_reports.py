@@ -24,7 +24,9 @@ from oloproof_pipeline.model.trajectory import first_difference
 from oloproof_pipeline.project import load_project
 from oloproof_pipeline.read import markup, panels, report_view
 from oloproof_pipeline.read.compare import comparison_markdown, comparison_table, compare_criterion
-from oloproof_pipeline.read.reports import environment, report_path
+from oloproof_pipeline.read.panels import PanelStore
+from oloproof_pipeline.read.report_scan import ReportTables
+from oloproof_pipeline.read.reports import environment, report_path, write_html_report
 from oloproof_pipeline.read.version_report import VersionReport, write_version_report
 from oloproof_pipeline.store.layout import read_table, report_panels_path
 from oloproof_pipeline.store.reuse import stored_tables
@@ -204,6 +206,33 @@ def test_a_run_with_one_case_added_renders_that_cases_panels_only(evaluated_desk
     written = report_path(evaluated_desk, "1.0.0").read_text()
     assert without_times(written) == without_times(fresh.path.read_text())
     assert 'id="case-ord-101~paraphrase"' in written
+
+
+def test_a_report_written_again_reads_only_the_rows_of_the_panels_it_renders(evaluated_desk):
+    """The report streams its tables once for what it needs of every case; a case's rows (its
+    case, recording, verdicts) are read again only for the panels rendered now: none when every
+    panel is kept, one case's and its source's recording when one copy's panel is not."""
+    project, version = load_project(evaluated_desk), "1.0.0"
+    gate = read_table(evaluated_desk, "gate", version)
+
+    def written() -> tuple[ReportTables, PanelStore]:
+        tables = ReportTables.stored(evaluated_desk, stored_tables(project, version), version, gate, None)
+        store = PanelStore.of_version(evaluated_desk, version)
+        write_html_report(evaluated_desk, tables, project.name, panels=store)
+        return tables, store
+
+    written()  # every panel kept by this code
+    tables, store = written()
+    assert (store.rendered, store.reused) == (0, 72)
+    assert (tables.cases.rows_read, tables.runs.rows_read, tables.replays.rows_read) == (0, 0, 0)
+    assert tables.verdicts.rows_read == len(read_table(evaluated_desk, "verdicts", version))  # the run links alone
+
+    with closing(sqlite3.connect(report_panels_path(evaluated_desk, version))) as connection, connection:
+        connection.execute("DELETE FROM panels WHERE case_id = 'ord-001~paraphrase'")
+    tables, store = written()
+    assert (store.rendered, store.reused) == (1, 71)
+    assert (tables.cases.rows_read, tables.runs.rows_read) == (1, 2)  # the copy, its recording and its source's
+    assert tables.verdicts.rows_read == len(read_table(evaluated_desk, "verdicts", version))  # each verdict read once
 
 
 def panel_html(report: Path) -> dict[str, str]:

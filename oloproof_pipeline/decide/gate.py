@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
-from typing import Iterable, Literal
+from typing import Iterable, Iterator, Literal
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, computed_field
 
 from ..model.config import NO_RELEASE_POLICY, Project, RuleConfig
@@ -25,10 +27,11 @@ from ..model.outcomes import (
 )
 from ..model.fingerprints import frame_digest
 from ..model.trials import split_trial_metric
+from ..store.stored import StoredTable
 from ..store.tables import GATE_NESTED, GATE_SCHEMA, models_to_frame, null_to_none, rows_from_frame
 from .formatting import RULE_COLUMNS, format_bar, format_bound_against_bar, rule_cells
 from .statistics import BlockingReason, RateEstimate, rate_from_outcomes
-from .trials import all_trials, trial_rate
+from .trials import TRIAL_VERDICT_COLUMNS, all_trials, trial_rate
 from .suite_size import SUITE_SIZE_CAP, BarKind, suite_size_to_decide
 from .validity import relation_transform, transform_blocking_reasons
 
@@ -210,27 +213,62 @@ def decide_gate(decisions: Iterable[RuleDecision]) -> GateDecision:
     return GateDecision(decision=BLOCK if reasons else ALLOW, reasons=reasons, rules=rules)
 
 
+# Verdicts as the gate reads them: a frame, or the stored table read a row group at a time.
+Verdicts = pd.DataFrame | StoredTable
+
+
+def verdict_parts(verdicts: Verdicts, names: Iterable[str]) -> Iterator[pd.DataFrame]:
+    """The verdicts' named columns a part at a time: a frame is one part, a stored table each
+    of its row groups (so a large table's columns are never all Python objects at once)."""
+    names = list(names)
+    if isinstance(verdicts, pd.DataFrame):
+        yield verdicts[names]
+        return
+    groups = verdicts.row_groups()
+    for group in range(len(groups.starts)):
+        yield groups.read(group, names).to_pandas()
+
+
+def metric_outcomes(verdicts: Verdicts, metric: str) -> Iterator[tuple[str | None, str | None]]:
+    """(group_id, outcome) of each verdict on `metric` that counts (not structurally excluded);
+    a stored table's groups filtered in Arrow, only the matching rows made Python values."""
+    names = ["criterion", "group_id", "outcome", "reason"]
+    if isinstance(verdicts, pd.DataFrame):
+        of_metric = verdicts[(verdicts["criterion"] == metric) & ~verdicts["reason"].isin(STRUCTURAL_EXCLUSIONS)]
+        yield from zip(null_to_none(of_metric["group_id"]), null_to_none(of_metric["outcome"]))
+        return
+    excluded = pa.array(sorted(STRUCTURAL_EXCLUSIONS), type=pa.string())
+    groups = verdicts.row_groups()
+    for group in range(len(groups.starts)):
+        part = groups.read(group, names)
+        # A null criterion matches nothing; a null reason is not an exclusion (as pandas' `==` and `isin`).
+        counts = pc.and_(pc.equal(part["criterion"], metric), pc.invert(pc.is_in(part["reason"], value_set=excluded)))
+        of_metric = part.filter(counts)
+        yield from zip(of_metric["group_id"].to_pylist(), of_metric["outcome"].to_pylist())
+
+
 def decide_release_gate(
-    project: Project, verdicts: pd.DataFrame, derived_cases: pd.DataFrame | None = None,
+    project: Project, verdicts: Verdicts, derived_cases: pd.DataFrame | None = None,
     trial_verdicts: pd.DataFrame | None = None,
 ) -> GateDecision:
     """Each rule over its metric's verdicts, then ALLOW or BLOCK. A metamorphic relation over
     a transform whose labels do not yet check it is also blocked by `transform_not_checked`
     (validity is read from the `derived_cases` table). A `pass^k:` or `pass@1:` metric is
-    decided over every trial (`trial_verdicts` holds trials 2..k; a plain criterion, trial 1)."""
+    decided over every trial (`trial_verdicts` holds trials 2..k; a plain criterion, trial 1).
+    `verdicts` stored are read a row group at a time, one pass per rule."""
     policy = project.release
     decisions = []
     for rule in policy.rules:
         aggregate, criterion = split_trial_metric(rule.metric)
         if aggregate is not None:
+            whole = verdicts if isinstance(verdicts, pd.DataFrame) else verdicts.columns(*TRIAL_VERDICT_COLUMNS)
             evidence = trial_rate(
-                aggregate, all_trials(verdicts, trial_verdicts), criterion, confidence=policy.confidence_level,
+                aggregate, all_trials(whole, trial_verdicts), criterion, confidence=policy.confidence_level,
                 allow_approximate=policy.allow_approximate_methods, min_clusters=policy.min_clusters,
             )
         else:
-            of_metric = verdicts[(verdicts["criterion"] == rule.metric) & ~verdicts["reason"].isin(STRUCTURAL_EXCLUSIONS)]
             evidence = rate_from_outcomes(
-                zip(null_to_none(of_metric["group_id"]), null_to_none(of_metric["outcome"])),
+                metric_outcomes(verdicts, rule.metric),
                 confidence=policy.confidence_level,
                 allow_approximate=policy.allow_approximate_methods,
                 min_clusters=policy.min_clusters,
@@ -261,17 +299,20 @@ VALIDITY_COLUMNS = ["transform", "transform_digest", "label_status", "stale_labe
 
 
 def gate_inputs_digest(
-    project: Project, verdicts: pd.DataFrame, derived_cases: pd.DataFrame | None, trial_verdicts: pd.DataFrame | None = None
+    project: Project, verdicts: Verdicts, derived_cases: pd.DataFrame | None, trial_verdicts: pd.DataFrame | None = None
 ) -> str:
     """What the gate is decided from: the verdicts' outcomes by criterion and cluster, the
     copies' label status, the release policy and the relations' transforms (and the later
-    trials' verdicts, when there are any)."""
+    trials' verdicts, when there are any). Stored verdicts are digested a row group at a time."""
     relations = {rule.metric: relation_transform(project, split_trial_metric(rule.metric)[1]) for rule in project.release.rules}
     validity = frame_digest("validity/v1", None if derived_cases is None else derived_cases[VALIDITY_COLUMNS], producer="decisions")
     settings = {"release": project.release.model_dump(mode="json"), "relations": relations, "validity": validity}
     if trial_verdicts is not None:
         settings["trials"] = frame_digest("trials/v1", trial_verdicts[GATED_TRIAL_COLUMNS], producer="decisions")
-    return frame_digest("gate/v1", verdicts[GATED_VERDICT_COLUMNS], settings, producer="decisions")
+    if isinstance(verdicts, pd.DataFrame):
+        return frame_digest("gate/v1", verdicts[GATED_VERDICT_COLUMNS], settings, producer="decisions")
+    parts = [frame_digest("gate.verdicts", part, producer="decisions") for part in verdict_parts(verdicts, GATED_VERDICT_COLUMNS)]
+    return frame_digest("gate/v2", None, {**settings, "verdicts": parts}, producer="decisions")
 
 
 def gate_from_table(frame: pd.DataFrame) -> GateDecision:

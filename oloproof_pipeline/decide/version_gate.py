@@ -20,11 +20,13 @@ from .gate import (
     GATED_VERDICT_COLUMNS,
     VALIDITY_COLUMNS,
     GateDecision,
+    Verdicts,
     decide_gate,
     decide_release_gate,
     gate_from_table,
     gate_inputs_digest,
     gate_table,
+    verdict_parts,
 )
 from .trials import CriterionTrials, project_trial_summaries
 
@@ -60,10 +62,14 @@ def gate_of_version(
     """The gate over the version's stored verdicts (`stored` as `store.reuse.stored_tables`
     gives them); `flags` are the certification's when the policy requires certified cases."""
     validity = stored["derived_cases"].columns(*VALIDITY_COLUMNS) if stored["derived_cases"].exists else None
-    gated = stored["verdicts"].columns(*GATED_VERDICT_COLUMNS, "case_id")
     later_trials = stored_trial_verdicts(project, stored["trial_verdicts"])
     # Without require_certified_cases a flagged case still counts; its FAILs are named.
     noted = stored_flags(project) if flags is None else []
+    if flags is None and later_trials is None:
+        gated: Verdicts = stored["verdicts"]  # read a row group at a time: its columns are never all held
+    else:
+        gated = stored["verdicts"].columns(*GATED_VERDICT_COLUMNS, "case_id")
+        stored["verdicts"].forget()  # held by `gated` alone, so let go of once the gate is decided
     inputs_digest = gate_inputs_digest(
         project, gated if flags is None else exclude_uncertified(gated, flags)[0], validity, later_trials
     )
@@ -82,7 +88,7 @@ def gate_of_version(
         frame = gate_table(decision, version=version, judged_by_run=run_id, inputs_digest=inputs_digest)
     return VersionGate(
         frame=frame, decision=decision, reused=stored_gate.reused, reasons=stored_gate.reasons,
-        trials=project_trial_summaries(project, gated, later_trials),
+        trials=None if later_trials is None else project_trial_summaries(project, gated, later_trials),
     )
 
 
@@ -108,7 +114,7 @@ def flagged_failures_reason(failed: list[tuple[str, str]]) -> str:
     )
 
 
-def note_flagged_failures(gate: GateDecision, verdicts: pd.DataFrame, flags: list[dict[str, Any]]) -> GateDecision:
+def note_flagged_failures(gate: GateDecision, verdicts: Verdicts, flags: list[dict[str, Any]]) -> GateDecision:
     """Each rule over a criterion names the FAIL verdicts that fall on cases certification
     flagged as broken (its reference fails, its input repeats with other expectations...): the
     case may be what is wrong, not the agent. They still count, as the policy says. A case that
@@ -116,7 +122,9 @@ def note_flagged_failures(gate: GateDecision, verdicts: pd.DataFrame, flags: lis
     if not flags:
         return gate
     by_case = excluded_flags(flags)
-    failing = verdicts[verdicts["outcome"] == FAIL]
+    failing = pd.concat(
+        [part[part["outcome"] == FAIL] for part in verdict_parts(verdicts, ["criterion", "outcome", "case_id"])], ignore_index=True
+    )
     rules = []
     for rule in gate.rules:
         failed = []

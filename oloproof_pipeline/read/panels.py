@@ -17,81 +17,28 @@ next report its reuse (a warning says so), never the report.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import sqlite3
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
 
 import jinja2
 
 from ..model.fingerprints import producer_code_version, row_key
 from ..store.layout import report_panels_path
-from .report_view import PANEL_CASE_FIELDS, PANEL_RUN_FIELDS, PANEL_RUN_LINK_FIELDS, PANEL_VERDICT_FIELDS, StoredReplays
-from .results import VersionResults, column_chunks
 
 log = logging.getLogger(__name__)
 
-PANEL_KEY_TAG = "report_panel/v2"  # v2: kept without the runs it links to
+PANEL_KEY_TAG = "report_panel/v3"  # v2: kept without the runs it links to; v3: each table's share digested as streamed
 # Panels looked up, and panels rendered since the last write, this many at a time.
 PANELS_AT_ONCE = 256
 
 
-class PanelKeys:
-    """Each case's panel key, from the stored values the panel shows: each table row's values
-    are spelled out (`repr`, which escapes every control character, so `row_key`'s separator
-    never occurs inside one) and digested once, and indexed by case; no row is decoded, and
-    only the rows' digests are held."""
-
-    def __init__(self, results: VersionResults, replays: StoredReplays):
-        # Each table walked a slice of rows at a time (`column_chunks`): only digests are kept.
-        self._cases: dict[str, str] = {}
-        self._sources: dict[str, str | None] = {}
-        for shown in column_chunks(results.case_table, PANEL_CASE_FIELDS):  # case_id, source_id, ...
-            self._cases.update(zip(shown[0], row_digests(shown)))
-            self._sources.update(zip(shown[0], shown[1]))
-        self._runs: dict[str, str] = {}
-        if results.run_table is not None:
-            for case_ids, *runs in column_chunks(results.run_table, ["case_id", *PANEL_RUN_FIELDS]):
-                self._runs.update(zip(case_ids, row_digests(runs)))
-        self._verdicts: dict[str, Any] = {}  # case id -> a digest of its verdict rows, in order
-        self._run_ids: dict[str, list[str | None]] = {}  # case id -> the runs its verdict rows link to, in order
-        shown_names = [name for name in PANEL_VERDICT_FIELDS if name not in PANEL_RUN_LINK_FIELDS]
-        one_of_each: dict[str | None, str | None] = {}  # a run id is one string, not one per cell
-        for case_ids, *columns in column_chunks(results.verdict_table, ["case_id", *shown_names, *PANEL_RUN_LINK_FIELDS]):
-            shown, links = columns[: len(shown_names)], columns[len(shown_names) :]
-            for case_id, verdict, run_ids in zip(case_ids, zip(*shown), zip(*links)):
-                hashed = self._verdicts.get(case_id)
-                if hashed is None:
-                    hashed = self._verdicts[case_id] = hashlib.sha256()
-                    self._run_ids[case_id] = []
-                hashed.update(repr(verdict).encode("utf-8"))
-                self._run_ids[case_id] += [one_of_each.setdefault(run_id, run_id) for run_id in run_ids]
-        self._replays = replays
-        self._code = (PANEL_KEY_TAG, producer_code_version("report"), jinja2.__version__)
-
-    def key(self, case_id: str) -> str:
-        source_id = self._sources[case_id]
-        return row_key(
-            *self._code,
-            self._cases[case_id],
-            self._runs.get(case_id),
-            self._verdicts[case_id].hexdigest() if case_id in self._verdicts else None,
-            repr(self._replays.stored_values(case_id)),
-            self._runs.get(source_id) if source_id else None,  # a copy's pair shows its source's calls
-        )
-
-
-    def run_ids(self, case_id: str) -> list[str | None]:
-        """The runs the case's panel links to, each verdict's `PANEL_RUN_LINK_FIELDS` in turn."""
-        return self._run_ids.get(case_id, [])
-
-
-def row_digests(columns: list[list[Any]]) -> Iterator[str]:
-    """A digest of each row of these columns (one value from each, in order)."""
-    return map(row_key, map(repr, zip(*columns)))
+def panel_key(*shown: str | None) -> str:
+    """The key a case's panel is kept under: digests of the stored values it shows (as
+    `report_scan.ReportScan` takes them) and the code that renders it."""
+    return row_key(PANEL_KEY_TAG, producer_code_version("report"), jinja2.__version__, *shown)
 
 
 @dataclass

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterable
 
 import pandas as pd
 
@@ -19,12 +19,15 @@ from ..evaluators.metamorphic_relation import same_call
 from ..model.outcomes import BLOCKING_ORDER, EXCLUDED, FAIL, MISSING, PASS
 from ..model.trajectory import first_difference
 from ..store.layout import StoredTableError, read_table, table_path
-from ..store.tables import FAULT_REPLAY_NESTED, from_json_text, null_to_none, rows_from_frame
+from ..store.tables import GATE_NESTED, rows_from_frame
 from .charts import Chart, gate_chart, slices_chart
 from .results import VersionResults, compared_paths, scripted_events, tool_calls
-from .spend import VersionSpend, version_spend
+from .spend import VersionSpend
 from .violations import describe_violation, verdict_violations
 from .wording import TIME_FORMAT, call_text, json_text
+
+if TYPE_CHECKING:  # the scan reads what this module names (the fields a panel shows)
+    from .report_scan import ReportScan, ReportTables
 
 FAILING = (FAIL, MISSING)
 WORST_FIRST = (FAIL, MISSING, PASS, EXCLUDED)
@@ -233,43 +236,6 @@ REPORT_REPLAY_FIELDS = (
 )
 
 
-class StoredReplays(Mapping):
-    """A version's fault replays as read (JSON as text), by (case, criterion): a row is decoded
-    only when a panel shows it, so a report that reuses its panels decodes none. Read as
-    `replays_by_case` reads plain rows (the last row of a case and criterion counts)."""
-
-    def __init__(self, frame: pd.DataFrame | None):
-        present = [] if frame is None else [name for name in REPORT_REPLAY_FIELDS if name in frame.columns]
-        self._columns = {name: null_to_none(frame[name]) for name in present}
-        keys = zip(self.column("case_id"), self.column("criterion"))
-        self._at = {key: position for position, key in enumerate(keys)}
-        self._of_case: dict[str, list[int]] = {}
-        for (case_id, _), position in self._at.items():
-            self._of_case.setdefault(case_id, []).append(position)
-
-    def column(self, name: str) -> list[Any]:
-        return self._columns.get(name, [])
-
-    def __getitem__(self, key: tuple[str, str]) -> dict[str, Any]:
-        position = self._at[key]
-        return {
-            name: from_json_text(values[position]) if name in FAULT_REPLAY_NESTED else values[position]
-            for name, values in self._columns.items()
-        }
-
-    def __iter__(self) -> Iterator[tuple[str, str]]:
-        return iter(self._at)
-
-    def __len__(self) -> int:
-        return len(self._at)
-
-    def stored_values(self, case_id: str) -> list[tuple[Any, ...]]:
-        """The case's replay rows as stored (JSON as text, nothing decoded), for its panel's key:
-        what the panel shows of them (not the run that replayed them)."""
-        shown = [values for name, values in self._columns.items() if name != "replayed_by_run"]
-        return [tuple(values[position] for values in shown) for position in self._of_case.get(case_id, ())]
-
-
 NO_STATE_ROW = {"path": None, "expected": None, "actual": None, "matched": None}
 NO_CONSTRAINT = {"name": None, "passed": None, "detail": None}
 
@@ -279,8 +245,10 @@ def case_panel(
     case_id: str,
     replays: Iterable[dict[str, Any]] | Mapping[tuple[str, str], dict[str, Any]] | None = None,
 ) -> CasePanel | None:
-    """`replays`: the version's fault replay rows (see `results.load_replays`, or
-    `StoredReplays`), so a fault verdict is shown beside its control replay."""
+    """`results`: a version's results (`VersionResults`, or the rows of a batch of panels:
+    `report_scan.HeldCases`); `replays`: the version's fault replay rows (see
+    `results.load_replays`), or them by (case, criterion), so a fault verdict is shown beside
+    its control replay."""
     case = results.case(case_id, PANEL_CASE_FIELDS)
     if case is None:
         return None
@@ -320,27 +288,6 @@ def case_panel(
     )
 
 
-def cases_failing_first(results: VersionResults) -> tuple[list[str], int]:
-    """The case ids as the report shows them: each case whose worst outcome is FAIL, then
-    MISSING (or whose recording failed), then the rest, each in the case set's order; and how
-    many fail. Read from the verdict and run tables' columns, before any panel is built."""
-    rank = {outcome: index for index, outcome in enumerate(WORST_FIRST)}
-    unranked = len(rank)
-    ranked = []  # (case id, rank) of each verdict, and of each recording that failed
-    verdicts = results.verdict_table
-    if not verdicts.empty:
-        ranked.append(pd.DataFrame({"case_id": verdicts["case_id"], "rank": verdicts["outcome"].map(rank).fillna(unranked)}))
-    runs = results.run_table
-    if runs is not None and not runs.empty:
-        failed = (runs["status"] != "ok").to_numpy(dtype=bool)
-        ranked.append(pd.DataFrame({"case_id": runs["case_id"][failed], "rank": rank[MISSING]}))
-    frame = pd.concat(ranked, ignore_index=True) if ranked else None
-    worst = {} if frame is None or frame.empty else frame.groupby("case_id", sort=False)["rank"].min().astype(int).to_dict()
-    ids = results.case_ids
-    ordered = sorted(ids, key=lambda case_id: min(worst.get(case_id, unranked), rank[PASS]))
-    return ordered, sum(worst.get(case_id, unranked) < rank[PASS] for case_id in ids)
-
-
 def is_fault_verdict(verdict: dict[str, Any], replay: dict[str, Any] | None) -> bool:
     details = verdict.get("details")
     return replay is not None or (isinstance(details, dict) and "injected_result" in details)
@@ -361,16 +308,18 @@ class FailureGroup:
         """(case ids, outcome, reason, what it found): cases that failed the same way share a row."""
         alike: dict[tuple[str, str, str], list[str]] = {}
         for verdict in self.verdicts:
-            key = (verdict["outcome"], verdict["reason"], verdict_summary(verdict))
+            summary = verdict["summary"] if "summary" in verdict else verdict_summary(verdict)
+            key = (verdict["outcome"], verdict["reason"], summary)
             alike.setdefault(key, []).append(verdict["case_id"])
         return [(case_ids, outcome, reason, summary) for (outcome, reason, summary), case_ids in alike.items()]
 
 
-def failure_groups(results: VersionResults, gate: list[dict[str, Any]]) -> list[FailureGroup]:
-    """Rules in the gate's blocking order (FAIL first), then criteria no rule gates. `gate`:
-    `results.gate`, decoded once for the whole page."""
+def failure_groups(failing_verdicts: Iterable[dict[str, Any]], gate: list[dict[str, Any]]) -> list[FailureGroup]:
+    """Rules in the gate's blocking order (FAIL first), then criteria no rule gates.
+    `failing_verdicts`: the FAIL and MISSING verdicts in table order (each with its `summary`,
+    or its details); `gate`: the gate's rows, decoded once for the whole page."""
     failing: dict[str, list[dict[str, Any]]] = {}
-    for verdict in results.verdicts_with(FAILING, PANEL_VERDICT_FIELDS):
+    for verdict in failing_verdicts:
         failing.setdefault(verdict["criterion"], []).append(verdict)
     order = {decision: index for index, decision in enumerate((*BLOCKING_ORDER, PASS))}
     rules = sorted(gate, key=lambda rule: order.get(rule["decision"], len(order)))
@@ -391,20 +340,20 @@ class Provenance:
 
 
 def provenance(
-    project_root: Path, results: VersionResults, replays: StoredReplays, gate: list[dict[str, Any]]
+    project_root: Path, version: str, counted: list[dict[str, int]], gate: list[dict[str, Any]]
 ) -> list[Provenance]:
+    """`counted`: the rows each run made of the recordings, the fault replays and the verdicts
+    (run -> rows, in order of appearance; a replay never made has no run and is not counted)."""
+    gate_runs = [row.get("judged_by_run") for row in gate][:1]
     steps = [
-        ("recorded", "recorded_runs", results.run_column("recorded_by_run")),
-        ("replayed", "fault_replays", replays.column("replayed_by_run")),
-        ("judged", "verdicts", results.verdict_column("judged_by_run")),
-        ("gate decided", "gate", [row.get("judged_by_run") for row in gate][:1]),
+        ("recorded", "recorded_runs", counted[0]),
+        ("replayed", "fault_replays", counted[1]),
+        ("judged", "verdicts", counted[2]),
+        ("gate decided", "gate", {run_id: 1 for run_id in filter(None, gate_runs)}),
     ]
     found = []
-    for step, table, run_ids in steps:
-        counts: dict[str | None, int] = {}
-        for run_id in filter(None, run_ids):  # a replay never made (the tool was not called) has no run
-            counts[run_id] = counts.get(run_id, 0) + 1
-        written = _written(project_root, table, results.version, set(counts))
+    for step, table, counts in steps:
+        written = _written(project_root, table, version, set(counts))
         found += [Provenance(step, run_id, count, written) for run_id, count in counts.items()]
     return found
 
@@ -423,14 +372,6 @@ def _written(project_root: Path, table: str, version: str, run_ids: set[str]) ->
     if not path.exists():
         return "-"
     return datetime.fromtimestamp(path.stat().st_mtime, timezone.utc).strftime(TIME_FORMAT)
-
-
-def derived_validity(results: VersionResults) -> dict[str, TransformValidity]:
-    cases = results.case_table
-    if "source_id" not in cases.columns or not set(REPORT_VALIDITY_FIELDS) <= set(cases.columns):
-        return {}
-    copies = cases.loc[cases["source_id"].notna().to_numpy(dtype=bool), list(REPORT_VALIDITY_FIELDS)]
-    return transform_validity(copies if len(copies) else None)
 
 
 # What the report reads of the copies for their transforms' validity.
@@ -482,27 +423,29 @@ class ReportView:
 
 
 def report_view(
-    results: VersionResults,
+    tables: ReportTables,
+    scan: ReportScan,
     project_name: str,
-    replays: StoredReplays,
     project_root: Path | None,
     trials: list[CriterionTrials] | None,
 ) -> ReportView:
-    gate = results.gate  # decoded once: every part above the cases reads it
+    """The page's head from the report's tables and its one pass over them (`report_scan`)."""
+    gate = [] if tables.gate is None else rows_from_frame(tables.gate, GATE_NESTED)  # decoded once: every part reads it
+    counted = [scan.recorded_by, scan.replayed_by, scan.judged_by]
     return ReportView(
         project_name=project_name,
-        version=results.version,
-        decision=results.gate_decision,
+        version=tables.version,
+        decision=None if tables.gate is None or tables.gate.empty else tables.gate["gate_decision"].iloc[0],
         gate_reasons=gate[0]["gate_reasons"] if gate else ["release.yaml has no rules, so nothing is gated"],
-        sources=provenance(project_root, results, replays, gate) if project_root is not None else [],
+        sources=provenance(project_root, tables.version, counted, gate) if project_root is not None else [],
         written_at=datetime.now(timezone.utc).strftime(TIME_FORMAT),
-        failure_groups=failure_groups(results, gate),
+        failure_groups=failure_groups(scan.failing, gate),
         gate=gate,
         gate_chart=gate_chart(gate),
         trials=trials,
-        validity=derived_validity(results),
-        slices=slices_view(results.slices),
-        spend=version_spend(results.run_table),
-        criteria=sorted(set(results.verdict_table["criterion"])) if not results.verdict_table.empty else [],
+        validity=transform_validity(tables.validity),
+        slices=slices_view(tables.slices),
+        spend=tables.spend,
+        criteria=sorted(scan.criteria),
         rule_criteria=[(rule["rule_id"], rule["metric"]) for rule in gate],
     )

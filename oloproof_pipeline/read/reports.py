@@ -42,7 +42,7 @@ from .markup import (
     with_run_links,
 )
 from .panel_html import case_section
-from .panels import PANELS_AT_ONCE, PanelKeys, PanelStore
+from .panels import PANELS_AT_ONCE, PanelStore
 from .report_view import (
     FAILING,
     PANEL_CASE_FIELDS,
@@ -50,12 +50,11 @@ from .report_view import (
     REPORT_REPLAY_FIELDS,
     REPORT_RUN_FIELDS,
     REPORT_VALIDITY_FIELDS,
-    StoredReplays,
     case_panel,
-    cases_failing_first,
     report_view,
     verdict_summary,
 )
+from .report_scan import HeldCases, ReportScan, ReportTables
 from .results import VersionResults
 from .wording import GATE_COLUMNS, METHOD_NAMES, call_text, flagged_buckets, rule_cells, short_run_id
 
@@ -177,10 +176,9 @@ def environment(project_root: Path | None = None) -> Environment:
 
 
 def report_parts(
-    results: VersionResults,
+    tables: ReportTables,
     project_name: str,
     *,
-    replays: pd.DataFrame | None = None,
     project_root: Path | None = None,
     dagster_url: str | None = None,
     inputs_digest: str | None = None,
@@ -188,19 +186,19 @@ def report_parts(
     comparison: ComparisonView | None = None,
     panels: PanelStore | None = None,
 ) -> Iterator[str]:
-    """The report, a piece at a time: one case's panel is built (and its rows decoded) only
-    while its section is written, so a large suite is never held as panels or as one string.
-    The failing cases come first; `comparison` adds the page against another version.
-    `replays`: the version's fault replays (their `REPORT_REPLAY_FIELDS` at least). With
-    `panels`, a panel kept under its key is copied, not rendered, and the report's panels are
-    kept once it is all written."""
-    stored_replays = StoredReplays(replays)
-    ordered, failing = cases_failing_first(results)
+    """The report, a piece at a time: the tables are read once a row group at a time for what
+    the page needs of every case (`ReportScan`), and a case's rows are read again and its panel
+    built only while its section is written, so a large suite is never held as rows, panels or
+    one string. The failing cases come first; `comparison` adds the page against another
+    version. With `panels`, a panel kept under its key is copied, not rendered, and the
+    report's panels are kept once it is all written."""
+    scan = ReportScan.of(tables)
+    ordered, failing = scan.failing_first()
     dagster_url = dagster_url.rstrip("/") if dagster_url else None
     env = environment(project_root)
     yield from env.get_template("report.html.j2").generate(
-        view=report_view(results, project_name, stored_replays, project_root, trials),
-        panel_sections=panel_sections(results, ordered, stored_replays, dagster_url, panels),
+        view=report_view(tables, scan, project_name, project_root, trials),
+        panel_sections=panel_sections(tables, scan, ordered, dagster_url, panels),
         case_count=len(ordered),
         failing_count=failing,
         comparison=comparison,
@@ -212,31 +210,30 @@ def report_parts(
 
 
 def panel_sections(
-    results: VersionResults, case_ids: list[str], replays: StoredReplays, dagster_url: str | None,
-    panels: PanelStore | None,
+    tables: ReportTables, scan: ReportScan, case_ids: list[str], dagster_url: str | None, panels: PanelStore | None,
 ) -> Iterator[Markup]:
     """Each case's section, in order: the one kept under its key, else rendered (and kept),
-    its run links filled in. Looked up a batch of cases at a time, so only a batch of panels
-    is ever held."""
-    keys = PanelKeys(results, replays) if panels is not None else None
+    its run links filled in. Looked up a batch of cases at a time, and only the rows of the
+    batch's panels rendered now are read (`HeldCases`), so only a batch of panels is ever held."""
     for start in range(0, len(case_ids), PANELS_AT_ONCE):
         batch = case_ids[start : start + PANELS_AT_ONCE]
-        batch_keys = [keys.key(case_id) for case_id in batch] if keys is not None else [None] * len(batch)
+        batch_keys = [scan.panel_key(case_id) for case_id in batch] if panels is not None else [None] * len(batch)
         kept = panels.kept(batch_keys) if panels is not None else {}
-        if len(kept) < len(batch):  # some to render: only the batch's rows made Python values
-            results.hold_rows(batch)
+        left = [case_id for case_id, key in zip(batch, batch_keys) if key not in kept]
+        held = HeldCases(tables, scan, left) if left else None
+        run_ids = scan.run_ids(tables, [case_id for case_id, key in zip(batch, batch_keys) if key in kept]) if kept else {}
         for case_id, key in zip(batch, batch_keys):
             if key in kept:
-                yield with_run_links(kept[key], keys.run_ids(case_id), dagster_url)
+                yield with_run_links(kept[key], run_ids[case_id], dagster_url)
                 continue
-            panel = case_panel(results, case_id, replays)
+            panel = case_panel(held, case_id, held.replays)
             if panel is None:
                 continue
-            run_ids = take_out_run_links(panel)
+            links = take_out_run_links(panel)
             section = case_section(panel)  # its run links are holes, filled below
             if panels is not None:
                 panels.put(key, case_id, section)
-            yield with_run_links(section, run_ids, dagster_url)
+            yield with_run_links(section, links, dagster_url)
 
 
 def report_path(project_root: Path, version: str, base: str | None = None) -> Path:
@@ -248,7 +245,7 @@ def report_path(project_root: Path, version: str, base: str | None = None) -> Pa
 
 def write_html_report(
     project_root: Path,
-    results: VersionResults,
+    results: VersionResults | ReportTables,
     project_name: str,
     path: Path | None = None,
     *,
@@ -258,19 +255,22 @@ def write_html_report(
     comparison: ComparisonView | None = None,
     panels: PanelStore | None = None,
 ) -> Path:
-    """One self-contained HTML file: no network is needed to view it. `replays` default to
-    the version's stored fault replays. Written a piece at a time, each case's panel copied
+    """One self-contained HTML file: no network is needed to view it. `results`: the version's
+    results as read whole (`replays` default to its stored fault replays), or its tables
+    streamed (`ReportTables.stored`, the gate stage's). Written a piece at a time, each case's panel copied
     from the version's kept panels while what it shows is unchanged (`panels`: by default the
     version's own, `read/panels.py`). With `comparison`, the version's report with its cases
     against another version's (by default beside the version's own report, named for both)."""
     if path is None:
         path = report_path(project_root, results.version, comparison.base.version if comparison else None)
-    if replays is None:
-        replays = read_table(project_root, "fault_replays", results.version)
     if panels is None:
         panels = PanelStore.of_version(project_root, results.version)
+    if isinstance(results, VersionResults):
+        results = ReportTables.of_results(
+            results, read_table(project_root, "fault_replays", results.version) if replays is None else replays
+        )
     parts = report_parts(
-        results, project_name, replays=replays, project_root=project_root,
+        results, project_name, project_root=project_root,
         dagster_url=os.environ.get(DAGSTER_URL_ENV), inputs_digest=inputs_digest, trials=trials, comparison=comparison,
         panels=panels,
     )
@@ -310,33 +310,24 @@ REPORTED_REPLAY_COLUMNS = ["case_id", "criterion", "plan_digest", "recorded_by_r
 REPORT_FORMAT = 3  # bump when the HTML changes, so stored reports are written again
 
 
-def report_inputs_digest(
-    project_name: str,
-    version: str,
-    *,
-    cases: pd.DataFrame,
-    runs: pd.DataFrame | None,
-    replays: pd.DataFrame | None,
-    verdicts: pd.DataFrame,
-    gate: pd.DataFrame | None,
-    slices: pd.DataFrame | None,
-    trials: list[CriterionTrials] | None = None,
-) -> str:
-    """What the report is made from; while it holds, the report already written is kept."""
+def report_inputs_digest(project_name: str, tables: ReportTables, trials: list[CriterionTrials] | None = None) -> str:
+    """What the report is made from; while it holds, the report already written is kept. Each
+    table's columns are digested a row group at a time."""
     parts = {
         "project": project_name,
-        "version": version,
+        "version": tables.version,
         "format": REPORT_FORMAT,
         "dagster_url": os.environ.get(DAGSTER_URL_ENV),
-        "cases": frame_digest("report.cases", cases[REPORTED_CASE_COLUMNS], producer="report"),
-        "runs": frame_digest("report.runs", None if runs is None else runs[REPORTED_RUN_COLUMNS], producer="report"),
-        "replays": frame_digest("report.replays", None if replays is None else replays[REPORTED_REPLAY_COLUMNS], producer="report"),
-        "gate": frame_digest("report.gate", gate, producer="report"),
-        "slices": frame_digest("report.slices", slices, producer="report"),
+        "cases": tables.cases.digest("report.cases", REPORTED_CASE_COLUMNS),
+        "runs": tables.runs.digest("report.runs", REPORTED_RUN_COLUMNS),
+        "replays": tables.replays.digest("report.replays", REPORTED_REPLAY_COLUMNS),
+        "verdicts": tables.verdicts.digest("report.verdicts", REPORTED_VERDICT_COLUMNS),
+        "gate": frame_digest("report.gate", tables.gate, producer="report"),
+        "slices": frame_digest("report.slices", tables.slices, producer="report"),
     }
-    if trials is not None:  # repeated trials only: with one, the digest is as it always was
+    if trials is not None:  # repeated trials only
         parts["trials"] = [summary.model_dump(mode="json") for summary in trials]
-    return frame_digest("report/v1", verdicts[REPORTED_VERDICT_COLUMNS], parts, producer="report")
+    return frame_digest("report/v2", None, parts, producer="report")
 
 
 def report_is_current(path: Path, inputs_digest: str) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable
 
 import pandas as pd
 
@@ -39,10 +39,8 @@ class VersionResults:
     _case_at: dict[str, int] = field(init=False, repr=False)
     _run_at: dict[str, int] = field(init=False, repr=False)
     _verdicts_at: dict[str, Any] = field(init=False, repr=False)
-    # Per table (by id): every row, each column made a list when first asked; and the rows held
-    # for the panels being written (`hold_rows`).
+    # Per table (by id): every row, each column made a list when first asked.
     _whole: dict[int, "_HeldRows"] = field(init=False, repr=False, default_factory=dict)
-    _held: dict[int, "_HeldRows"] = field(init=False, repr=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self._case_at = {case_id: position for position, case_id in enumerate(null_to_none(self.case_table["case_id"]))}
@@ -52,35 +50,13 @@ class VersionResults:
         self._verdicts_at = {} if verdicts.empty else verdicts.groupby("case_id", sort=False).indices
 
     def _row(self, frame: pd.DataFrame, position: int, nested: tuple[str, ...], names: Iterable[str] | None = None) -> dict[str, Any]:
-        """One row as plain data (of `names`, else every column), JSON text parsed: from the
-        rows held (`hold_rows`) when it is one of them, else from its table's columns made lists."""
-        held = self._held.get(id(frame))
-        if held is not None and position in held.index:
-            rows, position = held, held.index[position]
-        else:
-            rows = self._whole.setdefault(id(frame), _HeldRows(frame))
+        """One row as plain data (of `names`, else every column), JSON text parsed, from its
+        table's columns made lists."""
+        rows = self._whole.setdefault(id(frame), _HeldRows(frame))
         return {
             name: from_json_text(values[position]) if is_nested else values[position]
             for name, values, is_nested in rows.columns(tuple(frame.columns if names is None else names), nested)
         }
-
-    def hold_rows(self, case_ids: Iterable[str]) -> None:
-        """Hold as Python values only these cases' rows (the case, its recording and verdicts, a
-        copy's source recording), letting go of those held before: the report writes its
-        panels a batch at a time, so a large suite's columns never all become Python objects
-        (they would hold the report's memory at several times the stored tables')."""
-        case_ids = list(case_ids)
-        self._held = {}
-        cases = self._hold(self.case_table, [self._case_at[case_id] for case_id in case_ids if case_id in self._case_at])
-        sources = [source for source in cases.column("source_id") if source] if "source_id" in self.case_table.columns else []
-        if self.run_table is not None:
-            self._hold(self.run_table, [self._run_at[case_id] for case_id in [*case_ids, *sources] if case_id in self._run_at])
-        self._hold(self.verdict_table, [int(position) for case_id in case_ids for position in self._verdicts_at.get(case_id, ())])
-
-    def _hold(self, frame: pd.DataFrame, positions: list[int]) -> "_HeldRows":
-        positions = sorted(set(positions))
-        held = self._held[id(frame)] = _HeldRows(frame.iloc[positions], {position: at for at, position in enumerate(positions)})
-        return held
 
     @property
     def case_ids(self) -> list[str]:
@@ -101,24 +77,9 @@ class VersionResults:
         positions = self._verdicts_at.get(case_id, ())
         return [self._row(self.verdict_table, int(position), VERDICT_NESTED, names) for position in positions]
 
-    def verdicts_with(self, outcomes: Iterable[str], names: Iterable[str] | None = None) -> list[dict[str, Any]]:
-        """The verdicts with one of these outcomes (only those rows are decoded), in table order."""
-        matches = self.verdict_table["outcome"].isin(list(outcomes)).to_numpy(dtype=bool).nonzero()[0]
-        # Those rows alone made Python values, not the whole table's columns.
-        found = _HeldRows(self.verdict_table.iloc[matches])
-        columns = [(name, found.column(name)) for name in (self.verdict_table.columns if names is None else names)]
-        return [
-            {name: from_json_text(values[at]) if name in VERDICT_NESTED else values[at] for name, values in columns}
-            for at in range(len(matches))
-        ]
-
     def run_column(self, name: str) -> list[Any]:
         """One column of the recordings, nulls as None (no row decoded; made for the caller, not kept)."""
         return [] if self.run_table is None else null_to_none(self.run_table[name])
-
-    def verdict_column(self, name: str) -> list[Any]:
-        """One column of the verdicts, nulls as None (no row decoded; made for the caller, not kept)."""
-        return null_to_none(self.verdict_table[name])
 
     @property
     def cases(self) -> list[dict[str, Any]]:
@@ -144,10 +105,9 @@ class VersionResults:
 
 @dataclass
 class _HeldRows:
-    """Rows of a table (some, or all of it), each column made a list when first asked."""
+    """A table's rows, each column made a list when first asked."""
 
     frame: pd.DataFrame
-    index: dict[int, int] = field(default_factory=dict)  # some rows: the table's position -> the row's place in `frame`
     lists: dict[str, list[Any]] = field(default_factory=dict)
 
     # names asked together -> (name, its column, whether it holds JSON text) of each: a panel
@@ -164,19 +124,6 @@ class _HeldRows:
         if found is None:
             found = self.picked[names] = [(name, self.column(name), name in nested) for name in names]
         return found
-
-
-# Rows made Python values at a time where a whole table is walked (`column_chunks`).
-CHUNK_ROWS = 8192
-
-
-def column_chunks(frame: pd.DataFrame, names: Iterable[str]) -> Iterator[list[list[Any]]]:
-    """The named columns a slice of rows at a time, each a list (nulls as None; a column the
-    table lacks as Nones): a large table's columns are never all Python objects at once."""
-    names = list(names)
-    for start in range(0, len(frame), CHUNK_ROWS):
-        part = frame.iloc[start : start + CHUNK_ROWS]
-        yield [null_to_none(part[name]) if name in part.columns else [None] * len(part) for name in names]
 
 
 def _rows(frame: pd.DataFrame | None, nested: tuple[str, ...]) -> list[dict[str, Any]]:

@@ -1,5 +1,5 @@
 """A version's HTML report written from its stored tables, the way the gate stage writes it:
-only when what it shows changed, reading only the columns it shows."""
+only when what it shows changed, reading only the columns it shows, a row group at a time."""
 
 from __future__ import annotations
 
@@ -13,22 +13,8 @@ from ..model.config import Project
 from ..store.reuse import previous
 from ..store.stored import StoredTable
 from .panels import PanelStore
-from .reports import (
-    PANEL_CASE_FIELDS,
-    PANEL_VERDICT_FIELDS,
-    REPORT_REPLAY_FIELDS,
-    REPORT_RUN_FIELDS,
-    REPORT_VALIDITY_FIELDS,
-    REPORTED_CASE_COLUMNS,
-    REPORTED_REPLAY_COLUMNS,
-    REPORTED_RUN_COLUMNS,
-    REPORTED_VERDICT_COLUMNS,
-    report_inputs_digest,
-    report_is_current,
-    report_path,
-    write_html_report,
-)
-from .results import results_from_tables
+from .report_scan import ReportTables
+from .reports import report_inputs_digest, report_is_current, report_path, write_html_report
 
 
 @dataclass(frozen=True)
@@ -54,25 +40,11 @@ def write_version_report(
     """The version's HTML report, written again only when what it shows changed, and then
     rendering only the case panels whose cases changed. `stored` as
     `store.reuse.stored_tables` gives them; `gate` is the version's gate table."""
-    runs, replays, verdicts = stored["recorded_runs"], stored["fault_replays"], stored["verdicts"]
-    slices = previous(stored["slices"], "slices read")
-    inputs_digest = report_inputs_digest(
-        project.name, version, cases=stored["cases"].columns(*REPORTED_CASE_COLUMNS),
-        runs=runs.columns(*REPORTED_RUN_COLUMNS) if runs.exists else None,
-        replays=replays.columns(*REPORTED_REPLAY_COLUMNS) if replays.exists else None,
-        verdicts=verdicts.columns(*REPORTED_VERDICT_COLUMNS), gate=gate, slices=slices, trials=trials,
-    )
+    tables = ReportTables.stored(project.root, stored, version, gate, previous(stored["slices"], "slices read"))
+    inputs_digest = report_inputs_digest(project.name, tables, trials)
     path = report_path(project.root, version)
     if report_is_current(path, inputs_digest):
         return VersionReport(path, False)
-    results = results_from_tables(  # only the columns a report shows are read
-        version, cases=stored["cases"].columns(*PANEL_CASE_FIELDS, *REPORT_VALIDITY_FIELDS), derived_cases=None,
-        recorded_runs=runs.columns(*REPORT_RUN_FIELDS) if runs.exists else None,
-        verdicts=verdicts.columns(*PANEL_VERDICT_FIELDS), gate=gate, slices=slices,
-    )
     panels = PanelStore.of_version(project.root, version)
-    report = write_html_report(
-        project.root, results, project.name, replays=replays.columns(*REPORT_REPLAY_FIELDS) if replays.exists else None,
-        inputs_digest=inputs_digest, trials=trials, panels=panels,
-    )
+    report = write_html_report(project.root, tables, project.name, inputs_digest=inputs_digest, trials=trials, panels=panels)
     return VersionReport(report, True, panels.rendered, panels.reused)
