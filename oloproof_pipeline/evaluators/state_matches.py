@@ -16,7 +16,7 @@ a row, the mode decides as everywhere else.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Literal, Sequence
+from typing import Any, Callable, ClassVar, Iterable, Literal, Sequence
 
 from pydantic import Field
 
@@ -174,12 +174,6 @@ def leaf_count(value: Any) -> int:
     return 1
 
 
-def overlaps(leaf: Sequence[Any], changed: Sequence[Any]) -> bool:
-    """A difference at, above or below a leaf makes that leaf differ."""
-    shared = min(len(leaf), len(changed))
-    return list(leaf[:shared]) == list(changed[:shared])
-
-
 def longer_path(path: str, key: Any) -> str:
     """`join_path` of a path's keys and `key`, from the path's text."""
     part = quote_key(key)
@@ -187,12 +181,41 @@ def longer_path(path: str, key: Any) -> str:
 
 
 def state_row(keys: Sequence[Any], expected: Any, actual: Any, *, matched: bool) -> dict[str, Any]:
-    row = {"path": join_path(keys), "expected": absent_as_none(expected), "actual": absent_as_none(actual), "matched": matched}
+    return state_row_at(join_path(keys), expected, actual, matched=matched)
+
+
+def state_row_at(path: str, expected: Any, actual: Any, *, matched: bool) -> dict[str, Any]:
+    """`state_row` for a path already written (`join_path` of its keys)."""
+    row = {"path": path, "expected": absent_as_none(expected), "actual": absent_as_none(actual), "matched": matched}
     if actual is ABSENT:
         row["absent"] = True
     if expected is ABSENT:
         row["expected_absent"] = True
     return row
+
+
+class Differing:
+    """The key paths that differ. A difference at, above or below a leaf makes that leaf
+    differ: asked per leaf in a few set lookups, not by comparing it with each difference."""
+
+    def __init__(self, differing: Iterable[Sequence[Any]]):
+        self.at = {tuple(keys) for keys in differing}
+        # Every path at or above a difference: a leaf there holds (or is) what differs.
+        self.at_or_above = {keys[:length] for keys in self.at for length in range(len(keys) + 1)}
+
+    def overlaps(self, leaf: tuple[Any, ...]) -> bool:
+        return leaf in self.at_or_above or any(leaf[:length] in self.at for length in range(len(leaf)))
+
+
+def _leaf_rows(expected: Any, actual: Any, keys: tuple[Any, ...], path: str, differing: Differing, rows: list[dict[str, Any]]) -> None:
+    """A row per leaf of `expected` (in `leaf_keys` order) with the actual value there (as
+    `read_keys` finds it), matched unless a difference overlaps it; in one walk, each path's
+    text made from its parent's."""
+    if isinstance(expected, dict) and expected:
+        for key, child in expected.items():
+            _leaf_rows(child, read_keys(actual, (key,)), (*keys, key), longer_path(path, key), differing, rows)
+        return
+    rows.append(state_row_at(path, expected, actual, matched=not differing.overlaps(keys)))
 
 
 def first_difference(rows: list[dict[str, Any]]) -> str | None:
@@ -257,15 +280,8 @@ class StateComparison:
             return matched
         found = differences(expected, actual, self.tolerance)
         differing = [keys for kind, keys, _ in found if not (kind == ADDED and self.tolerates_added(base + keys))]
-        rows = [
-            state_row(
-                base + leaf,
-                read_keys(expected, leaf),
-                read_keys(actual, leaf),
-                matched=not any(overlaps(leaf, keys) for keys in differing),
-            )
-            for leaf in leaf_keys(expected)
-        ]
+        rows: list[dict[str, Any]] = []
+        _leaf_rows(expected, actual, (), join_path(base), Differing(differing), rows)
         rows += [
             state_row(base + keys, ABSENT, value, matched=False)
             for kind, keys, value in found
