@@ -16,6 +16,7 @@ part that failed (`recovered_but_state_differs: <path>`, `escalated_but_state_ch
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field
@@ -58,9 +59,10 @@ class FaultRecovery(Evaluator):
         fault = self.config.fault
         return fault.kind if isinstance(fault, ResultTemplate) else fault
 
-    @property
+    @cached_property
     def fault_plan(self) -> FaultPlan:
-        """What `fault_replays` replays for this evaluator (found there by this attribute)."""
+        """What `fault_replays` replays for this evaluator (found there by this attribute); made
+        once, not per case judged (its config is set when the evaluator is built)."""
         fault = self.config.fault
         return FaultPlan(
             criterion=self.criterion,
