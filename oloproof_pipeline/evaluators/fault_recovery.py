@@ -162,16 +162,15 @@ def control_divergence(recorded: Trajectory, control: Trajectory, recorded_calls
 
 
 def injection_problem(
-    recorded: Trajectory, faulted: Trajectory, call_index: int, plan: FaultPlan,
+    call_index: int, expected_result: Any, result: Any,
     calls: tuple[list[tuple[str | None, Any]], list[tuple[str | None, Any]]],
 ) -> dict[str, Any] | None:
     """None when the faulted replay made the recorded call at `call_index` and the injected
-    result came back right after it. `calls`: both trajectories' `call_signatures`."""
+    result (`expected_result`, the plan's `result_at` the recording) came back right after it
+    (`result`: `injected_result` of the faulted replay). `calls`: both trajectories'
+    `call_signatures`."""
     recorded_call = describe_call(calls[0], call_index)
     replayed_call = describe_call(calls[1], call_index)
-    calls = faulted.calls()
-    result = plain_json(calls[call_index].result) if call_index < len(calls) else None
-    expected_result = plan.result_at(recorded, call_index)
     if replayed_call == recorded_call and result == plain_json(expected_result):
         return None
     return {
@@ -204,7 +203,7 @@ def judge_fault_replay(recording: Trajectory | None, plan: FaultPlan, replay: Fa
             outcome=EXCLUDED, reason="fault_target_not_called", details={"tool": plan.tool, "occurrence": plan.occurrence}
         )
     try:
-        plan.result_at(recording, call_index)
+        expected_result = plan.result_at(recording, call_index)
     except NoTextToChange as problem:
         # The recorded result holds no text to change: like a call never made, not a pass.
         return Judgement(outcome=EXCLUDED, reason="fault_target_has_no_text", details={"problem": str(problem)})
@@ -225,23 +224,32 @@ def judge_fault_replay(recording: Trajectory | None, plan: FaultPlan, replay: Fa
     before = call_difference(recorded_calls, faulted_calls, upto=call_index)
     if before is not None:
         return Judgement(outcome=MISSING, reason="replay_diverged_before_checkpoint", details=before)
-    missing_fault = injection_problem(recording, faulted.trajectory, call_index, plan, (recorded_calls, faulted_calls))
+    result = injected_result(faulted.trajectory, call_index)
+    missing_fault = injection_problem(call_index, expected_result, result, (recorded_calls, faulted_calls))
     if missing_fault is not None:
         return Judgement(outcome=MISSING, reason="replay_did_not_inject_the_fault", details=missing_fault)
-    return verdict_after_fault(faulted, call_index, checkpoint, plan, faulted_calls)
+    return verdict_after_fault(faulted, call_index, checkpoint, plan, faulted_calls, result)
+
+
+def injected_result(faulted: Trajectory, call_index: int) -> Any:
+    """The result the agent got at the faulted call (None: the replay made no such call), as stored JSON reads back."""
+    calls = faulted.calls()
+    return plain_json(calls[call_index].result) if call_index < len(calls) else None
 
 
 def verdict_after_fault(
-    faulted: ReplayResult, call_index: int, checkpoint: Checkpoint, plan: FaultPlan, signatures: list[tuple[str | None, Any]]
+    faulted: ReplayResult, call_index: int, checkpoint: Checkpoint, plan: FaultPlan, signatures: list[tuple[str | None, Any]],
+    injected: Any,
 ) -> Judgement:
-    """The verdict on what the agent did after the fault (`signatures`: the faulted replay's calls)."""
+    """The verdict on what the agent did after the fault (`signatures`: the faulted replay's
+    calls; `injected`: its `injected_result`, which came back as planned)."""
     trajectory = faulted.trajectory
     after = [describe_call(signatures, index) for index in range(call_index + 1, len(signatures))]
     failed = [constraint.model_dump(mode="json") for constraint in trajectory.failed_constraints()]
     escalations = [call for call in after if call["tool"] in plan.escalate_tools]
     details = {
         "faulted_call": {**describe_call(signatures, call_index), "index": call_index},
-        "injected_result": plain_json(trajectory.calls()[call_index].result),
+        "injected_result": injected,
         "checkpoint": checkpoint.model_dump(mode="json"),
         "calls_after_fault": after,
         "terminal_status": trajectory.terminal_status,
