@@ -79,6 +79,9 @@ class JudgingContext:
     recordings: dict[str, RecordedRun]
     # Fault replays by (case id, criterion); filled when the project declares fault plans.
     replays: dict[tuple[str, str], Any] = field(default_factory=dict)
+    # The judging digest each of those replays was judged under as stored (fault_recovery's
+    # `judging_digest`): a replay judged under the evaluator's own is not judged again.
+    replays_judged_under: dict[tuple[str, str], str | None] = field(default_factory=dict)
 
     def recording_of(self, case_id: str) -> RecordedRun | None:
         return self.recordings.get(case_id)

@@ -22,6 +22,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field
 
 from ..model.cases import CaseRecord
+from ..model.fingerprints import producer_code_version, row_key
 from ..model.faults import FaultKind, FaultPlan, FaultReplay, NoTextToChange, ResultTemplate, checkpoint_before
 from ..model.outcomes import EXCLUDED, FAIL, MISSING, PASS, Judgement, Verdict
 from ..model.records import RecordedRun, ReplayResult
@@ -73,18 +74,35 @@ class FaultRecovery(Evaluator):
             result_template=fault if isinstance(fault, ResultTemplate) else None,
         )
 
+    @cached_property
+    def judging_digest(self) -> str:
+        return judging_digest(self.fault_plan)
+
     def judge(self, case: CaseRecord, recording: RecordedRun, context: JudgingContext) -> Verdict:
         plan = self.fault_plan
-        replay = context.replays.get((case.case_id, self.criterion))
+        key = (case.case_id, self.criterion)
+        replay = context.replays.get(key)
         if replay is not None and not replay.belongs_to(recording, plan):
             replay = None  # made from an older recording or another plan: not evidence for this one
         if self.config.state == "expected" and expected_state_of(case) is ABSENT:
             # Judged on the world or not at all: excluding only the cases that would pass skews the rate.
             return self.verdict(case, EXCLUDED, "no_expected_state")
-        judgement = judge_fault_replay(recording.trajectory, plan, replay)
+        if replay is not None and context.replays_judged_under.get(key) == self.judging_digest:
+            # `fault_replays` judged this very replay of this recording, by this code and plan:
+            # its judgement is what judging it again would give.
+            judgement = Judgement(outcome=replay.outcome, reason=replay.reason, details=replay.details)
+        else:
+            judgement = judge_fault_replay(recording.trajectory, plan, replay)
         if self.config.state == "expected" and judgement.outcome == PASS and replay is not None:
             judgement = judge_world_after_fault(case, replay, judgement, self.config.state_mode)
         return self.verdict(case, judgement.outcome, judgement.reason, judgement.details)
+
+
+def judging_digest(plan: FaultPlan) -> str:
+    """The whole plan a stored outcome was judged under, and the judge's version: when the
+    escalation tools change, stored replays are judged again (not replayed), and a verdict
+    takes a stored replay's judgement only while this holds."""
+    return row_key("fault_judging", plan.model_dump_json(), producer_code_version("verdicts"))
 
 
 # -- judging the world a replay leaves (`state: expected`) --------------------------------------
