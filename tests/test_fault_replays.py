@@ -19,9 +19,11 @@ from oloproof_pipeline.run.replaying import replay_faults
 from oloproof_pipeline.model.cases import load_cases
 from oloproof_pipeline.project import load_project
 from oloproof_pipeline.evaluators.fault_recovery import judge_fault_replay
-from oloproof_pipeline.evaluators.judging import replays_for_judging
+from oloproof_pipeline.evaluators.judging import judge_verdict_table, replays_for_judging
 from oloproof_pipeline.model.faults import INJECTED_RESULTS, FaultPlan, FaultReplay
 from oloproof_pipeline.store.journal import Journal
+from oloproof_pipeline.store.stored import StoredTable
+from oloproof_pipeline.store.tables import case_table, recorded_runs_table
 from oloproof_pipeline.store.layout import table_path
 from oloproof_pipeline.model.trajectory import Checkpoint, RecordedConstraint, Step, Trajectory
 
@@ -235,6 +237,34 @@ def test_verdicts_escalated_recovered_failed_and_acted_wrongly(tmp_path):
     details = json.loads(verdicts["c-3-claims"]["details"])
     assert details["failed_constraints"][0]["name"] == "claims_only_what_happened"
     assert details["injected_result"] == {"error": "internal error"}
+
+
+def test_a_verdict_takes_the_stored_replay_judgement_only_while_made_by_the_same_code_and_plan(tmp_path):
+    """The verdicts step takes the outcome `fault_replays` judged a replay to have, rather
+    than judging it again, only while the replay row's judging digest is the evaluator's own:
+    a judgement made by other judging code or another plan is judged again from the replay."""
+    root = toolbox_project(tmp_path / "p", ["escalates", "gives_up"], fault_evaluator())
+    project = load_project(root)
+    cases = load_cases(project)
+    runs, _ = record_cases(project, cases, version="1.0.0", run_id="recording-run")
+    frame, _ = replay_faults(project, cases, runs, version="1.0.0", run_id="replay-run")
+    stored_cases, stored_runs = StoredTable.of(case_table(cases)), StoredTable.of(recorded_runs_table(runs))
+
+    def verdicts_from(replays: pd.DataFrame) -> dict[str, tuple[str, str]]:
+        table, _ = judge_verdict_table(
+            project, stored_cases, stored_runs, StoredTable.of(replays), StoredTable(), version="1.0.0", judged_by_run="j"
+        )
+        return {row["case_id"]: (row["outcome"], row["reason"]) for row in table.to_dict("records")}
+
+    judged = {"c-0-escalates": ("PASS", "escalated"), "c-1-gives_up": ("FAIL", "failed_without_escalation")}
+    assert verdicts_from(frame) == judged
+    # A stored judgement under the evaluator's digest is taken as it stands (not judged again) ...
+    marked = frame.copy()
+    marked.loc[marked["case_id"] == "c-0-escalates", ["outcome", "reason"]] = ["FAIL", "as stored"]
+    assert verdicts_from(marked)["c-0-escalates"] == ("FAIL", "as stored")
+    # ... and one judged under another (other judging code, or another plan) is judged again.
+    marked.loc[marked["case_id"] == "c-0-escalates", "judging_digest"] = "judged-by-other-code"
+    assert verdicts_from(marked) == judged
 
 
 def test_a_replay_that_cannot_reproduce_the_recording_is_missing(tmp_path):

@@ -4,6 +4,7 @@ before any evaluator looks at a case (copies excluded, failed recordings MISSING
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -12,9 +13,21 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..model.cases import CaseRecord
 from ..model.config import ProjectConfig
-from ..model.paths import DottedPath, read_path
+from ..model.paths import DottedPath, read_keys, split_path
 from ..model.records import RecordedRun
 from ..model.outcomes import EXCLUDED, FAIL, METAMORPHIC_COPY, MISSING, NOT_SELECTED, Outcome, Verdict
+
+
+@lru_cache(maxsize=4096)
+def configured_keys(path: str) -> tuple[str, ...]:
+    """The keys of a path an evaluator is configured with, parsed once: judging reads the same
+    few paths for every case (a malformed one raises, and is not cached, as `split_path` does)."""
+    return tuple(split_path(path))
+
+
+def read_configured(data: Any, path: str) -> Any:
+    """`read_path` for a configured path (its keys parsed once)."""
+    return read_keys(data, configured_keys(path))
 
 
 class CaseSelector(BaseModel):
@@ -36,7 +49,7 @@ class CaseSelector(BaseModel):
         if self.ids is not None and not any(fnmatchcase(case_id, pattern) for pattern in self.ids):
             return False
         for path, wanted in (self.metadata or {}).items():
-            if read_path(metadata, path) not in (wanted if isinstance(wanted, list) else [wanted]):
+            if read_configured(metadata, path) not in (wanted if isinstance(wanted, list) else [wanted]):
                 return False
         tags = metadata.get("tags")
         if self.tags is not None and not (isinstance(tags, list) and any(tag in tags for tag in self.tags)):
@@ -66,6 +79,9 @@ class JudgingContext:
     recordings: dict[str, RecordedRun]
     # Fault replays by (case id, criterion); filled when the project declares fault plans.
     replays: dict[tuple[str, str], Any] = field(default_factory=dict)
+    # The judging digest each of those replays was judged under as stored (fault_recovery's
+    # `judging_digest`): a replay judged under the evaluator's own is not judged again.
+    replays_judged_under: dict[tuple[str, str], str | None] = field(default_factory=dict)
 
     def recording_of(self, case_id: str) -> RecordedRun | None:
         return self.recordings.get(case_id)

@@ -16,17 +16,19 @@ part that failed (`recovered_but_state_differs: <path>`, `escalated_but_state_ch
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
 from ..model.cases import CaseRecord
+from ..model.fingerprints import producer_code_version, row_key
 from ..model.faults import FaultKind, FaultPlan, FaultReplay, NoTextToChange, ResultTemplate, checkpoint_before
 from ..model.outcomes import EXCLUDED, FAIL, MISSING, PASS, Judgement, Verdict
 from ..model.records import RecordedRun, ReplayResult
 from ..model.trajectory import Checkpoint, Trajectory, first_difference, plain_json
-from ..model.paths import ABSENT, join_path, read_path
-from .base import Evaluator, EvaluatorConfig, JudgingContext
+from ..model.paths import ABSENT, join_path
+from .base import Evaluator, EvaluatorConfig, JudgingContext, read_configured
 from .state_matches import Mode, StateComparison, expected_state_of, first_difference as first_state_difference
 
 
@@ -58,9 +60,10 @@ class FaultRecovery(Evaluator):
         fault = self.config.fault
         return fault.kind if isinstance(fault, ResultTemplate) else fault
 
-    @property
+    @cached_property
     def fault_plan(self) -> FaultPlan:
-        """What `fault_replays` replays for this evaluator (found there by this attribute)."""
+        """What `fault_replays` replays for this evaluator (found there by this attribute); made
+        once, not per case judged (its config is set when the evaluator is built)."""
         fault = self.config.fault
         return FaultPlan(
             criterion=self.criterion,
@@ -71,18 +74,35 @@ class FaultRecovery(Evaluator):
             result_template=fault if isinstance(fault, ResultTemplate) else None,
         )
 
+    @cached_property
+    def judging_digest(self) -> str:
+        return judging_digest(self.fault_plan)
+
     def judge(self, case: CaseRecord, recording: RecordedRun, context: JudgingContext) -> Verdict:
         plan = self.fault_plan
-        replay = context.replays.get((case.case_id, self.criterion))
+        key = (case.case_id, self.criterion)
+        replay = context.replays.get(key)
         if replay is not None and not replay.belongs_to(recording, plan):
             replay = None  # made from an older recording or another plan: not evidence for this one
         if self.config.state == "expected" and expected_state_of(case) is ABSENT:
             # Judged on the world or not at all: excluding only the cases that would pass skews the rate.
             return self.verdict(case, EXCLUDED, "no_expected_state")
-        judgement = judge_fault_replay(recording.trajectory, plan, replay)
+        if replay is not None and context.replays_judged_under.get(key) == self.judging_digest:
+            # `fault_replays` judged this very replay of this recording, by this code and plan:
+            # its judgement is what judging it again would give.
+            judgement = Judgement(outcome=replay.outcome, reason=replay.reason, details=replay.details)
+        else:
+            judgement = judge_fault_replay(recording.trajectory, plan, replay)
         if self.config.state == "expected" and judgement.outcome == PASS and replay is not None:
             judgement = judge_world_after_fault(case, replay, judgement, self.config.state_mode)
         return self.verdict(case, judgement.outcome, judgement.reason, judgement.details)
+
+
+def judging_digest(plan: FaultPlan) -> str:
+    """The whole plan a stored outcome was judged under, and the judge's version: when the
+    escalation tools change, stored replays are judged again (not replayed), and a verdict
+    takes a stored replay's judgement only while this holds."""
+    return row_key("fault_judging", plan.model_dump_json(), producer_code_version("verdicts"))
 
 
 # -- judging the world a replay leaves (`state: expected`) --------------------------------------
@@ -118,7 +138,7 @@ def judge_world_after_fault(case: CaseRecord, replay: FaultReplay, agent: Judgem
         paths, comparison, want = [""], StateComparison(mode), expected
         part, checked = "recovered_but_state_differs", "expected_state"
     after = faulted.state_after
-    rows = [row for path in paths for row in comparison.rows(path, read_path(want, path), read_path(after, path))]
+    rows = [row for path in paths for row in comparison.rows(path, read_configured(want, path), read_configured(after, path))]
     details = {**agent.details, "state_checked": checked, "state_rows": rows}
     first = first_state_difference(rows)
     if first is None:
@@ -160,16 +180,15 @@ def control_divergence(recorded: Trajectory, control: Trajectory, recorded_calls
 
 
 def injection_problem(
-    recorded: Trajectory, faulted: Trajectory, call_index: int, plan: FaultPlan,
+    call_index: int, expected_result: Any, result: Any,
     calls: tuple[list[tuple[str | None, Any]], list[tuple[str | None, Any]]],
 ) -> dict[str, Any] | None:
     """None when the faulted replay made the recorded call at `call_index` and the injected
-    result came back right after it. `calls`: both trajectories' `call_signatures`."""
+    result (`expected_result`, the plan's `result_at` the recording) came back right after it
+    (`result`: `injected_result` of the faulted replay). `calls`: both trajectories'
+    `call_signatures`."""
     recorded_call = describe_call(calls[0], call_index)
     replayed_call = describe_call(calls[1], call_index)
-    calls = faulted.calls()
-    result = plain_json(calls[call_index].result) if call_index < len(calls) else None
-    expected_result = plan.result_at(recorded, call_index)
     if replayed_call == recorded_call and result == plain_json(expected_result):
         return None
     return {
@@ -202,7 +221,7 @@ def judge_fault_replay(recording: Trajectory | None, plan: FaultPlan, replay: Fa
             outcome=EXCLUDED, reason="fault_target_not_called", details={"tool": plan.tool, "occurrence": plan.occurrence}
         )
     try:
-        plan.result_at(recording, call_index)
+        expected_result = plan.result_at(recording, call_index)
     except NoTextToChange as problem:
         # The recorded result holds no text to change: like a call never made, not a pass.
         return Judgement(outcome=EXCLUDED, reason="fault_target_has_no_text", details={"problem": str(problem)})
@@ -223,23 +242,32 @@ def judge_fault_replay(recording: Trajectory | None, plan: FaultPlan, replay: Fa
     before = call_difference(recorded_calls, faulted_calls, upto=call_index)
     if before is not None:
         return Judgement(outcome=MISSING, reason="replay_diverged_before_checkpoint", details=before)
-    missing_fault = injection_problem(recording, faulted.trajectory, call_index, plan, (recorded_calls, faulted_calls))
+    result = injected_result(faulted.trajectory, call_index)
+    missing_fault = injection_problem(call_index, expected_result, result, (recorded_calls, faulted_calls))
     if missing_fault is not None:
         return Judgement(outcome=MISSING, reason="replay_did_not_inject_the_fault", details=missing_fault)
-    return verdict_after_fault(faulted, call_index, checkpoint, plan, faulted_calls)
+    return verdict_after_fault(faulted, call_index, checkpoint, plan, faulted_calls, result)
+
+
+def injected_result(faulted: Trajectory, call_index: int) -> Any:
+    """The result the agent got at the faulted call (None: the replay made no such call), as stored JSON reads back."""
+    calls = faulted.calls()
+    return plain_json(calls[call_index].result) if call_index < len(calls) else None
 
 
 def verdict_after_fault(
-    faulted: ReplayResult, call_index: int, checkpoint: Checkpoint, plan: FaultPlan, signatures: list[tuple[str | None, Any]]
+    faulted: ReplayResult, call_index: int, checkpoint: Checkpoint, plan: FaultPlan, signatures: list[tuple[str | None, Any]],
+    injected: Any,
 ) -> Judgement:
-    """The verdict on what the agent did after the fault (`signatures`: the faulted replay's calls)."""
+    """The verdict on what the agent did after the fault (`signatures`: the faulted replay's
+    calls; `injected`: its `injected_result`, which came back as planned)."""
     trajectory = faulted.trajectory
     after = [describe_call(signatures, index) for index in range(call_index + 1, len(signatures))]
     failed = [constraint.model_dump(mode="json") for constraint in trajectory.failed_constraints()]
     escalations = [call for call in after if call["tool"] in plan.escalate_tools]
     details = {
         "faulted_call": {**describe_call(signatures, call_index), "index": call_index},
-        "injected_result": plain_json(trajectory.calls()[call_index].result),
+        "injected_result": injected,
         "checkpoint": checkpoint.model_dump(mode="json"),
         "calls_after_fault": after,
         "terminal_status": trajectory.terminal_status,

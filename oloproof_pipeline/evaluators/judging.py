@@ -456,6 +456,7 @@ def judge_wanted(
         return columns.compact(), np.array([], dtype=np.int64)
     run_positions = {case_id: position for position, case_id in enumerate(null_to_none(runs.columns("case_id")["case_id"]))}
     replay_positions = replay_rows(replays)
+    judged_under = replay_judging_digests(replays)
     runs_by_group, replays_by_group = GroupedRows(runs, RecordedRun), GroupedRows(replays, FaultReplay)
     for chunk_entries in chunks_of_clusters(wanted, entries, case_keys):
         # The collector is held off while a chunk is decoded and judged: its models, verdicts
@@ -463,7 +464,7 @@ def judge_wanted(
         # tenth of judging. It runs between chunks: a grader's own garbage waits one chunk.
         with collection_paused():
             judge_chunk(project, cases, runs_by_group, replays_by_group, wanted, chunk_entries.tolist(), run_positions,
-                        replay_positions, columns, version=version, judged_by_run=judged_by_run)
+                        replay_positions, columns, version=version, judged_by_run=judged_by_run, judged_under=judged_under)
         slots.append(chunk_entries)
     return columns.compact(), np.concatenate(slots)
 
@@ -481,9 +482,11 @@ def judge_chunk(
     *,
     version: str,
     judged_by_run: str,
+    judged_under: list[str | None] | None = None,
 ) -> None:
     """The verdict rows of one chunk's entries, added to `columns` in entry order: only the
-    chunk's cases, recordings and replays decoded."""
+    chunk's cases, recordings and replays decoded. `judged_under`: per replay row, the
+    judging digest it was judged under (`replay_judging_digests`)."""
     evaluators = project.evaluators
     case_positions = [entry // wanted.evaluators for entry in chunk]
     chunk_cases = case_models(cases, case_positions)
@@ -499,6 +502,7 @@ def judge_chunk(
         cases={case.case_id: case for case in chunk_cases.values()},
         recordings=recordings,
         replays={key: replay for key, replay in chunk_replays.items() if made_from(replay, recordings.get(key[0]))},
+        replays_judged_under={key: judged_under[replay_positions[key]] for key in chunk_replays} if judged_under else {},
     )
     pairs = [(evaluators[entry % wanted.evaluators], chunk_cases[entry // wanted.evaluators]) for entry in chunk]
     verdicts = judged(pairs, context, project.config.concurrency.judge)
@@ -521,6 +525,14 @@ def replay_rows(replays: StoredTable) -> dict[tuple[str, str], int]:
         return {}
     keys = replays.columns("case_id", "criterion")
     return {key: position for position, key in enumerate(zip(null_to_none(keys["case_id"]), null_to_none(keys["criterion"])))}
+
+
+def replay_judging_digests(replays: StoredTable) -> list[str | None]:
+    """Per row of the replays table, the judging digest its outcome was judged under (none
+    for a table stored before replays kept it)."""
+    if not replays.exists or not len(replays) or "judging_digest" not in replays.names:
+        return []
+    return null_to_none(replays.columns("judging_digest")["judging_digest"])
 
 
 class GroupedRows:

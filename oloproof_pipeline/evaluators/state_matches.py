@@ -16,15 +16,15 @@ a row, the mode decides as everywhere else.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Literal, Sequence
+from typing import Any, Callable, ClassVar, Iterable, Literal, Sequence
 
 from pydantic import Field
 
 from ..model.cases import CaseRecord
 from ..model.records import RecordedRun
 from ..model.outcomes import EXCLUDED, FAIL, MISSING, PASS, Verdict
-from .base import Evaluator, EvaluatorConfig, JudgingContext
-from ..model.paths import ABSENT, DottedPath, absent_as_none, join_path, quote_key, read_keys, read_path, split_glob_path, split_path
+from .base import Evaluator, EvaluatorConfig, JudgingContext, configured_keys, read_configured
+from ..model.paths import ABSENT, DottedPath, absent_as_none, join_path, quote_key, read_keys, split_glob_path
 from .state_views import GlobPath, glob_matches, state_view
 
 Mode = Literal["exact", "subset"]
@@ -174,12 +174,6 @@ def leaf_count(value: Any) -> int:
     return 1
 
 
-def overlaps(leaf: Sequence[Any], changed: Sequence[Any]) -> bool:
-    """A difference at, above or below a leaf makes that leaf differ."""
-    shared = min(len(leaf), len(changed))
-    return list(leaf[:shared]) == list(changed[:shared])
-
-
 def longer_path(path: str, key: Any) -> str:
     """`join_path` of a path's keys and `key`, from the path's text."""
     part = quote_key(key)
@@ -187,12 +181,41 @@ def longer_path(path: str, key: Any) -> str:
 
 
 def state_row(keys: Sequence[Any], expected: Any, actual: Any, *, matched: bool) -> dict[str, Any]:
-    row = {"path": join_path(keys), "expected": absent_as_none(expected), "actual": absent_as_none(actual), "matched": matched}
+    return state_row_at(join_path(keys), expected, actual, matched=matched)
+
+
+def state_row_at(path: str, expected: Any, actual: Any, *, matched: bool) -> dict[str, Any]:
+    """`state_row` for a path already written (`join_path` of its keys)."""
+    row = {"path": path, "expected": absent_as_none(expected), "actual": absent_as_none(actual), "matched": matched}
     if actual is ABSENT:
         row["absent"] = True
     if expected is ABSENT:
         row["expected_absent"] = True
     return row
+
+
+class Differing:
+    """The key paths that differ. A difference at, above or below a leaf makes that leaf
+    differ: asked per leaf in a few set lookups, not by comparing it with each difference."""
+
+    def __init__(self, differing: Iterable[Sequence[Any]]):
+        self.at = {tuple(keys) for keys in differing}
+        # Every path at or above a difference: a leaf there holds (or is) what differs.
+        self.at_or_above = {keys[:length] for keys in self.at for length in range(len(keys) + 1)}
+
+    def overlaps(self, leaf: tuple[Any, ...]) -> bool:
+        return leaf in self.at_or_above or any(leaf[:length] in self.at for length in range(len(leaf)))
+
+
+def _leaf_rows(expected: Any, actual: Any, keys: tuple[Any, ...], path: str, differing: Differing, rows: list[dict[str, Any]]) -> None:
+    """A row per leaf of `expected` (in `leaf_keys` order) with the actual value there (as
+    `read_keys` finds it), matched unless a difference overlaps it; in one walk, each path's
+    text made from its parent's."""
+    if isinstance(expected, dict) and expected:
+        for key, child in expected.items():
+            _leaf_rows(child, read_keys(actual, (key,)), (*keys, key), longer_path(path, key), differing, rows)
+        return
+    rows.append(state_row_at(path, expected, actual, matched=not differing.overlaps(keys)))
 
 
 def first_difference(rows: list[dict[str, Any]]) -> str | None:
@@ -248,7 +271,7 @@ class StateComparison:
         return True
 
     def rows(self, path: str, expected: Any, actual: Any) -> list[dict[str, Any]]:
-        base = split_path(path)
+        base = list(configured_keys(path))
         if expected is ABSENT or actual is ABSENT:
             return self._rows_with_absence(base, expected, actual)
         matched: list[dict[str, Any]] = []
@@ -257,15 +280,8 @@ class StateComparison:
             return matched
         found = differences(expected, actual, self.tolerance)
         differing = [keys for kind, keys, _ in found if not (kind == ADDED and self.tolerates_added(base + keys))]
-        rows = [
-            state_row(
-                base + leaf,
-                read_keys(expected, leaf),
-                read_keys(actual, leaf),
-                matched=not any(overlaps(leaf, keys) for keys in differing),
-            )
-            for leaf in leaf_keys(expected)
-        ]
+        rows: list[dict[str, Any]] = []
+        _leaf_rows(expected, actual, (), join_path(base), Differing(differing), rows)
         rows += [
             state_row(base + keys, ABSENT, value, matched=False)
             for kind, keys, value in found
@@ -282,7 +298,7 @@ class StateComparison:
 
 def expected_state_of(case: CaseRecord, field: str = "state") -> Any:
     """The state a case expects: its `expected.<field>` (`state` unless configured)."""
-    state = read_path(case.expected or {}, field)
+    state = read_configured(case.expected or {}, field)
     return ABSENT if state is None else state
 
 
@@ -294,7 +310,7 @@ def paths_naming_nothing(
     cases_by_path: dict[str, list[CaseRecord]] = {}
     for case, states in worlds:
         for path in paths_of(case):
-            if all(not isinstance(state, dict) or read_path(state, path) is ABSENT for state in states):
+            if all(not isinstance(state, dict) or read_configured(state, path) is ABSENT for state in states):
                 cases_by_path.setdefault(path, []).append(case)
     return [
         f"{evaluator.origin} ({evaluator.type} {evaluator.criterion}): path {path!r} names nothing in the starting "
@@ -355,11 +371,11 @@ class StateMatches(Evaluator):
             return self.verdict(case, MISSING, "no_recorded_state")
         state_after = self.view(recording.state_after)
         paths = self.config.paths or [""]
-        unstated = [path for path in paths if read_path(expected_state, path) is ABSENT]
+        unstated = [path for path in paths if read_configured(expected_state, path) is ABSENT]
         if unstated and not self.config.absent_ok:
             # The case says nothing about these paths: judging only the rest would pass it on less.
             return self.verdict(case, EXCLUDED, "path_not_expected", {"paths": unstated})
-        if all(read_path(expected_state, path) == {} for path in paths):
+        if all(read_configured(expected_state, path) == {} for path in paths):
             # An expected `{}` states nothing: it would pass whatever the system did, even deleting everything.
             return self.verdict(case, EXCLUDED, "nothing_to_compare", {"paths": paths})
         row_tables = tuple(tuple(split_glob_path(table)) for table in self.config.match_rows_by)
@@ -367,7 +383,7 @@ class StateMatches(Evaluator):
         rows = [
             row
             for path in paths
-            for row in comparison.rows(path, read_path(expected_state, path), read_path(state_after, path))
+            for row in comparison.rows(path, read_configured(expected_state, path), read_configured(state_after, path))
         ]
         first = first_difference(rows)
         if first is None:

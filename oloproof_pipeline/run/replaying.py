@@ -20,12 +20,11 @@ from typing import Any, Iterable, Iterator
 
 import pandas as pd
 
-from ..evaluators.fault_recovery import FaultRecovery, judge_fault_replay
+from ..evaluators.fault_recovery import FaultRecovery, judge_fault_replay, judging_digest
 from ..model.cases import CaseRecord
 from ..model.config import PROJECT_FILE, Project
 from ..model.errors import ProjectError
 from ..model.faults import FaultPlan, FaultReplay, NoTextToChange, checkpoint_before
-from ..model.fingerprints import producer_code_version, row_key
 from ..model.outcomes import MISSING
 from ..model.records import RecordedRun, ReplayResult
 from ..model.trajectory import Checkpoint, Trajectory
@@ -63,12 +62,6 @@ REPLAYED, REPLAYED_AGAIN = "replayed", "replayed again"
 def fault_plans(project: Project) -> list[tuple[int, FaultPlan]]:
     """(index in `evaluators:`, plan) for each `fault_recovery` evaluator."""
     return [(index, evaluator.fault_plan) for index, evaluator in project.evaluators_of(FaultRecovery)]
-
-
-def judging_digest(plan: FaultPlan) -> str:
-    """The whole plan a stored outcome was judged under, and the judge's version: when the
-    escalation tools change, stored replays are judged again (not replayed)."""
-    return row_key("fault_judging", plan.model_dump_json(), producer_code_version("verdicts"))
 
 
 @dataclass
