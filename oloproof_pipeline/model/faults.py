@@ -11,6 +11,7 @@ so the agent reads the real output with, say, an injected instruction in it.
 from __future__ import annotations
 
 import copy
+from functools import cached_property
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, model_validator
@@ -99,9 +100,10 @@ class FaultPlan(BaseModel):
             return self.injected_result
         return self.result_template.changed(copy.deepcopy(trajectory.calls()[call_index].result))
 
-    @property
+    @cached_property
     def digest(self) -> str:
-        """What decides the replay itself (not how it is judged): the cache key's plan part."""
+        """What decides the replay itself (not how it is judged): the cache key's plan part.
+        Computed once per plan (the plan is frozen); every kept replay is checked against it."""
         body = {"tool": self.tool, "fault": self.fault, "occurrence": self.occurrence, "result": self.injected_result}
         if self.result_template is not None:
             body["result_template"] = self.result_template.model_dump(mode="json")
