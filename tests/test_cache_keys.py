@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import oloproof_pipeline
+from oloproof_pipeline.model.fingerprints import RowKeyPrefix, row_key, row_key_tail
 
 CASES = 72  # the refund desk's 24 sources and their 48 copies
 VERDICTS = CASES * 6  # its six evaluators
@@ -98,3 +99,25 @@ def test_the_same_pipeline_installed_elsewhere_keys_the_verdicts_alike(refund_de
     installed, copied = digests(None), digests(pipeline_copy)
     assert Path(copied[0]).is_relative_to(pipeline_copy) and not Path(installed[0]).is_relative_to(pipeline_copy)
     assert copied[1] == installed[1]
+
+
+def test_a_key_from_a_shared_prefix_and_tails_is_the_row_key_of_all_its_parts():
+    """Verdict keys are made from a prefix hashed once (`RowKeyPrefix`) and joined tails: each
+    must equal `row_key` of the same parts, or every stored verdict would be judged again."""
+    values = [None, "", "verdict", "sha256:" + "ab" * 32, "é ✓", "\x1f", "\x00", 7, "a\x1fb"]
+    checked = 0
+    for first in values:
+        for second in values:
+            prefix = RowKeyPrefix(first, second)
+            assert prefix.key(row_key_tail(second)) == row_key(first, second, second)
+            for third in values:
+                for fourth in values:
+                    expected = row_key(first, second, third, fourth)
+                    assert prefix.key(row_key_tail(third, fourth)) == expected
+                    assert prefix.key(row_key_tail(third), row_key_tail(fourth)) == expected
+                    assert RowKeyPrefix(first).key(row_key_tail(second, third), row_key_tail(fourth)) == expected
+                    checked += 3
+    assert checked == 3 * len(values) ** 4
+    assert RowKeyPrefix("a", None).key() == row_key("a", None)
+    with pytest.raises(ValueError):
+        row_key_tail()

@@ -27,7 +27,7 @@ from pydantic import BaseModel, TypeAdapter
 from ..model.cases import CaseRecord
 from ..model.config import Project
 from ..model.faults import FaultReplay
-from ..model.fingerprints import evaluator_digest, row_key
+from ..model.fingerprints import RowKeyPrefix, evaluator_digest, row_key, row_key_tail
 from ..model.outcomes import Verdict
 from ..model.records import RecordedRun
 from ..store.assembly import AssembledTable
@@ -252,10 +252,16 @@ def verdict_keys(project: Project, cases: pd.DataFrame, runs: StoredTable, repla
     source = [recordings.get(source_id) if source_id else None for source_id in null_to_none(cases["source_id"])]
     criteria = [evaluator.criterion for evaluator in project.evaluators]
     digests = evaluator_digests(project)
+    # row_key("verdict", digest, recording, source_recording, replay): the evaluator's part
+    # hashed once, the case's recordings joined once, per verdict only the rest.
+    prefixes = [RowKeyPrefix("verdict", digest) for digest in digests]
+    no_replay = row_key_tail(None)
     inputs = bytearray()
     for case_id, recording, source_recording in zip(case_ids, own, source):
-        for criterion, digest in zip(criteria, digests):
-            inputs += row_key("verdict", digest, recording, source_recording, replayed.get((case_id, criterion))).encode()
+        recordings_tail = row_key_tail(recording, source_recording)
+        for criterion, prefix in zip(criteria, prefixes):
+            replay = replayed.get((case_id, criterion))
+            inputs += prefix.key(recordings_tail, no_replay if replay is None else row_key_tail(replay)).encode()
     count = len(criteria)
     return WantedVerdicts(
         case_ids=np.repeat(np.array(case_ids, dtype=object), count),

@@ -409,11 +409,45 @@ def code_file_name(path: Path, project_root: Path) -> str:
 # -- keys ------------------------------------------------------------------------------------
 
 
+ROW_KEY_SEPARATOR = "\x1f"
+ROW_KEY_NONE = "\x00"  # what a None part is hashed as
+
+
+def row_key_text(parts: tuple[Any, ...]) -> str:
+    """What `row_key` hashes: the parts as text (None as ROW_KEY_NONE), joined by the separator."""
+    return ROW_KEY_SEPARATOR.join(ROW_KEY_NONE if part is None else str(part) for part in parts)
+
+
 def row_key(*parts: Any) -> str:
     """A short key joining `parts` (text or None): what one row's cache entry is made of.
     128 bits: no two rows of one project ever meet by chance."""
-    text = "\x1f".join("\x00" if part is None else str(part) for part in parts)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+    return hashlib.sha256(row_key_text(parts).encode("utf-8")).hexdigest()[:32]
+
+
+def row_key_tail(*parts: Any) -> bytes:
+    """Parts that follow others in a `row_key`, joined and encoded once: a tail shared by
+    many rows (each with its own `RowKeyPrefix`) is made once, not once per row."""
+    if not parts:
+        raise ValueError("a row key's tail needs at least one part")
+    return (ROW_KEY_SEPARATOR + row_key_text(parts)).encode("utf-8")
+
+
+class RowKeyPrefix:
+    """A `row_key`'s first parts, hashed once: `key(*tails)` is exactly `row_key` of these parts
+    then each tail's (`row_key_tail`), the prefix's hash state copied per row."""
+
+    __slots__ = ("_hashed",)
+
+    def __init__(self, *parts: Any) -> None:
+        if not parts:
+            raise ValueError("a row key's prefix needs at least one part")
+        self._hashed = hashlib.sha256(row_key_text(parts).encode("utf-8"))
+
+    def key(self, *tails: bytes) -> str:
+        row = self._hashed.copy()
+        for tail in tails:
+            row.update(tail)
+        return row.hexdigest()[:32]
 
 
 def frame_digest(tag: str, frame: pd.DataFrame | None, extra: Any = None, *, producer: str | None = None) -> str:
