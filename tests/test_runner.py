@@ -4,10 +4,13 @@ system runs in a supervised worker process (run/supervisor.py), never in this on
 from __future__ import annotations
 
 import os
+import signal
 import threading
+import time
 
 import pytest
 
+from oloproof_pipeline.endpoints.deadline import CaseTimedOut, case_deadline
 from oloproof_pipeline.run.recording import record_cases
 from oloproof_pipeline.model.cases import load_cases
 from oloproof_pipeline.project import load_project
@@ -204,3 +207,34 @@ def test_record_cases_refuses_a_partition_that_is_not_the_loaded_version(tmp_pat
     project = load_project(root)
     with pytest.raises(SystemVersionMismatch, match="refusing to record partition '0.9.0'"):
         record_cases(project, load_cases(project), version="0.9.0", run_id="r1")
+
+
+def wait_for_the_deadline(bound_s: float = 60.0) -> None:
+    """Work until interrupted (a bounded wait: a deadline that never fires fails the test)."""
+    end = time.monotonic() + bound_s
+    while time.monotonic() < end:
+        time.sleep(0.005)
+    raise AssertionError("the deadline never fired")
+
+
+def test_a_case_deadline_interrupts_only_its_case_even_after_a_system_took_the_alarm():
+    """The timer's handler stays installed between cases: an overrun raises in that case only,
+    a later case runs to its end, and a system that installed its own SIGALRM handler during a
+    case cannot take the next case's deadline away."""
+    with pytest.raises(CaseTimedOut, match="no answer within 0.05 s"):
+        with case_deadline(0.05):
+            wait_for_the_deadline()
+    with case_deadline(60):
+        done = "ran to its end"
+    assert done == "ran to its end" and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    signal.signal(signal.SIGALRM, lambda signum, frame: None)  # what a system might do
+    with pytest.raises(CaseTimedOut, match="no answer within 0.02 s"):
+        with case_deadline(0.02):
+            wait_for_the_deadline()
+    with pytest.raises(CaseTimedOut, match="no answer within 0.05 s"):  # an inner deadline, then the outer
+        with case_deadline(0.05):
+            with pytest.raises(CaseTimedOut, match="no answer within 0.01 s"):
+                with case_deadline(0.01):
+                    wait_for_the_deadline()
+            wait_for_the_deadline()
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)

@@ -28,6 +28,16 @@ def timed_out_message(timeout_s: float) -> str:
     return f"no answer within {timeout_s:g} s"
 
 
+# The main thread's open deadlines (seconds), innermost last: the timer is for the last.
+_main_timeouts: list[float] = []
+
+
+def _on_deadline(signum: int, frame: Any) -> None:
+    """SIGALRM: the open case's deadline passed (a stray alarm with no case open is ignored)."""
+    if _main_timeouts:
+        raise CaseTimedOut(timed_out_message(_main_timeouts[-1]))
+
+
 @contextmanager
 def case_deadline(timeout_s: float) -> Iterator[None]:
     """Interrupt the work inside with CaseTimedOut after `timeout_s`: one deadline per case
@@ -40,16 +50,20 @@ def case_deadline(timeout_s: float) -> Iterator[None]:
             _thread_deadline.at = None
         return
 
-    def on_deadline(signum: int, frame: Any) -> None:
-        raise CaseTimedOut(timed_out_message(timeout_s))
-
-    previous = signal.signal(signal.SIGALRM, on_deadline)
-    signal.setitimer(signal.ITIMER_REAL, timeout_s)
+    # The handler stays installed between cases (installing and restoring it per case cost
+    # more than the timer); put back only when something else (a system) replaced it.
+    if signal.getsignal(signal.SIGALRM) is not _on_deadline:
+        signal.signal(signal.SIGALRM, _on_deadline)
+    _main_timeouts.append(timeout_s)
+    started = time.monotonic()
+    outer_left, _ = signal.setitimer(signal.ITIMER_REAL, timeout_s)
     try:
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        _main_timeouts.pop()
+        if _main_timeouts:  # a deadline around this one: its timer runs on
+            signal.setitimer(signal.ITIMER_REAL, max(outer_left - (time.monotonic() - started), 1e-6))
 
 
 def remaining_s() -> float | None:
