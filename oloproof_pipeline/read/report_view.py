@@ -9,25 +9,23 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import Any, Iterable
 
 import pandas as pd
 
 from ..decide.trials import CriterionTrials
-from ..decide.validity import TransformValidity, transform_validity
+from ..decide.validity import TransformValidity
 from ..evaluators.metamorphic_relation import same_call
 from ..model.outcomes import BLOCKING_ORDER, EXCLUDED, FAIL, MISSING, PASS
 from ..model.trajectory import first_difference
 from ..store.layout import StoredTableError, read_table, table_path
-from ..store.tables import GATE_NESTED, rows_from_frame
-from .charts import Chart, gate_chart, slices_chart
+from ..store.tables import rows_from_frame
+from .charts import Chart, slices_chart
 from .results import VersionResults, compared_paths, scripted_events, tool_calls
 from .spend import VersionSpend
 from .violations import describe_violation, verdict_violations
 from .wording import TIME_FORMAT, call_text, json_text
 
-if TYPE_CHECKING:  # the scan reads what this module names (the fields a panel shows)
-    from .report_scan import ReportScan, ReportTables
 
 FAILING = (FAIL, MISSING)
 WORST_FIRST = (FAIL, MISSING, PASS, EXCLUDED)
@@ -420,32 +418,3 @@ class ReportView:
     criteria: list[str]
     # Each gate rule's id and the criterion it reads, for the cases' rule filter.
     rule_criteria: list[tuple[str, str]]
-
-
-def report_view(
-    tables: ReportTables,
-    scan: ReportScan,
-    project_name: str,
-    project_root: Path | None,
-    trials: list[CriterionTrials] | None,
-) -> ReportView:
-    """The page's head from the report's tables and its one pass over them (`report_scan`)."""
-    gate = [] if tables.gate is None else rows_from_frame(tables.gate, GATE_NESTED)  # decoded once: every part reads it
-    counted = [scan.recorded_by, scan.replayed_by, scan.judged_by]
-    return ReportView(
-        project_name=project_name,
-        version=tables.version,
-        decision=None if tables.gate is None or tables.gate.empty else tables.gate["gate_decision"].iloc[0],
-        gate_reasons=gate[0]["gate_reasons"] if gate else ["release.yaml has no rules, so nothing is gated"],
-        sources=provenance(project_root, tables.version, counted, gate) if project_root is not None else [],
-        written_at=datetime.now(timezone.utc).strftime(TIME_FORMAT),
-        failure_groups=failure_groups(scan.failing, gate),
-        gate=gate,
-        gate_chart=gate_chart(gate),
-        trials=trials,
-        validity=transform_validity(tables.validity),
-        slices=slices_view(tables.slices),
-        spend=tables.spend,
-        criteria=sorted(scan.criteria),
-        rule_criteria=[(rule["rule_id"], rule["metric"]) for rule in gate],
-    )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 from contextlib import suppress
+from datetime import datetime, timezone
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
@@ -27,10 +28,12 @@ from markupsafe import Markup
 
 from ..decide.formatting import format_interval, format_rate
 from ..decide.trials import CriterionTrials, project_trial_summaries
+from ..decide.validity import transform_validity
 from ..model.config import Project
 from ..model.fingerprints import frame_digest, producer_code_version
 from ..project import load_project
 from ..store.layout import compiled_templates_dir, read_table, reports_dir, table_path, write_text_file
+from ..store.tables import GATE_NESTED, rows_from_frame
 from . import charts
 from .markup import (
     case_link,
@@ -50,13 +53,16 @@ from .report_view import (
     REPORT_REPLAY_FIELDS,
     REPORT_RUN_FIELDS,
     REPORT_VALIDITY_FIELDS,
+    ReportView,
     case_panel,
-    report_view,
+    failure_groups,
+    provenance,
+    slices_view,
     verdict_summary,
 )
 from .report_scan import HeldCases, ReportScan, ReportTables
 from .results import VersionResults
-from .wording import GATE_COLUMNS, METHOD_NAMES, call_text, flagged_buckets, rule_cells, short_run_id
+from .wording import GATE_COLUMNS, METHOD_NAMES, TIME_FORMAT, call_text, flagged_buckets, rule_cells, short_run_id
 
 if TYPE_CHECKING:  # the comparison needs scipy (Tango's interval): only `report --compare` imports it
     from .comparison_view import ComparisonView
@@ -241,6 +247,36 @@ def report_path(project_root: Path, version: str, base: str | None = None) -> Pa
     report`); against `base`, its comparison page."""
     name = f"report-{version}" if base is None else f"report-{version}-vs-{base}"
     return reports_dir(project_root) / f"{name}.html"
+
+
+def report_view(
+    tables: ReportTables,
+    scan: ReportScan,
+    project_name: str,
+    project_root: Path | None,
+    trials: list[CriterionTrials] | None,
+) -> ReportView:
+    """The page's head from the report's tables and its one pass over them (`report_scan`):
+    here, beside both, as the scan reads the fields `report_view` names."""
+    gate = [] if tables.gate is None else rows_from_frame(tables.gate, GATE_NESTED)  # decoded once: every part reads it
+    counted = [scan.recorded_by, scan.replayed_by, scan.judged_by]
+    return ReportView(
+        project_name=project_name,
+        version=tables.version,
+        decision=None if tables.gate is None or tables.gate.empty else tables.gate["gate_decision"].iloc[0],
+        gate_reasons=gate[0]["gate_reasons"] if gate else ["release.yaml has no rules, so nothing is gated"],
+        sources=provenance(project_root, tables.version, counted, gate) if project_root is not None else [],
+        written_at=datetime.now(timezone.utc).strftime(TIME_FORMAT),
+        failure_groups=failure_groups(scan.failing, gate),
+        gate=gate,
+        gate_chart=charts.gate_chart(gate),
+        trials=trials,
+        validity=transform_validity(tables.validity),
+        slices=slices_view(tables.slices),
+        spend=tables.spend,
+        criteria=sorted(scan.criteria),
+        rule_criteria=[(rule["rule_id"], rule["metric"]) for rule in gate],
+    )
 
 
 def write_html_report(
