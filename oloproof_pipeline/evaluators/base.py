@@ -4,7 +4,6 @@ before any evaluator looks at a case (copies excluded, failed recordings MISSING
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import lru_cache
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -13,21 +12,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..model.cases import CaseRecord
 from ..model.config import ProjectConfig
-from ..model.paths import DottedPath, read_keys, split_path
+from ..model.paths import DottedPath, read_path
 from ..model.records import RecordedRun
 from ..model.outcomes import EXCLUDED, FAIL, METAMORPHIC_COPY, MISSING, NOT_SELECTED, Outcome, Verdict
-
-
-@lru_cache(maxsize=4096)
-def configured_keys(path: str) -> tuple[str, ...]:
-    """The keys of a path an evaluator is configured with, parsed once: judging reads the same
-    few paths for every case (a malformed one raises, and is not cached, as `split_path` does)."""
-    return tuple(split_path(path))
-
-
-def read_configured(data: Any, path: str) -> Any:
-    """`read_path` for a configured path (its keys parsed once)."""
-    return read_keys(data, configured_keys(path))
 
 
 class CaseSelector(BaseModel):
@@ -49,7 +36,7 @@ class CaseSelector(BaseModel):
         if self.ids is not None and not any(fnmatchcase(case_id, pattern) for pattern in self.ids):
             return False
         for path, wanted in (self.metadata or {}).items():
-            if read_configured(metadata, path) not in (wanted if isinstance(wanted, list) else [wanted]):
+            if read_path(metadata, path) not in (wanted if isinstance(wanted, list) else [wanted]):
                 return False
         tags = metadata.get("tags")
         if self.tags is not None and not (isinstance(tags, list) and any(tag in tags for tag in self.tags)):

@@ -18,10 +18,10 @@ from pydantic import AfterValidator
 
 from ..model.cases import CaseRecord
 from ..model.outcomes import EXCLUDED, FAIL, PASS, Verdict
-from ..model.paths import ABSENT, DottedPath
+from ..model.paths import ABSENT, DottedPath, read_path
 from ..model.records import RecordedRun
 from .answer_text import FIELD_ABSENT, AnswerFieldConfig, as_text
-from .base import Evaluator, EvaluatorConfig, JudgingContext, read_configured
+from .base import Evaluator, EvaluatorConfig, JudgingContext
 from .exact_match import case_parts, names_a_case_part
 
 
@@ -46,10 +46,10 @@ class Contains(Evaluator):
     config: ContainsConfig
 
     def judge(self, case: CaseRecord, recording: RecordedRun, context: JudgingContext) -> Verdict:
-        expected: Any = read_configured(case_parts(case), expected_path(self.config, case))
+        expected: Any = read_path(case_parts(case), expected_path(self.config, case))
         if expected is ABSENT or expected is None:
             return self.verdict(case, EXCLUDED, "no_expected_value")
-        actual = read_configured(recording.output, self.config.output_path)
+        actual = read_path(recording.output, self.config.output_path)
         if actual is ABSENT:
             return self.verdict(case, FAIL, FIELD_ABSENT, {"expected": expected, "actual": None, "absent": True})
         details = {"expected": expected, "actual": actual}

@@ -14,8 +14,8 @@ from pydantic import AfterValidator
 from ..model.cases import CaseRecord
 from ..model.records import RecordedRun
 from ..model.outcomes import EXCLUDED, FAIL, PASS, Verdict
-from .base import Evaluator, EvaluatorConfig, JudgingContext, read_configured
-from ..model.paths import ABSENT, DottedPath, split_path
+from .base import Evaluator, EvaluatorConfig, JudgingContext
+from ..model.paths import ABSENT, DottedPath, read_path, split_path
 from .state_matches import values_equal
 
 # The parts of a case an `expected_field` may start from.
@@ -57,10 +57,10 @@ class ExactMatch(Evaluator):
     config: ExactMatchConfig
 
     def judge(self, case: CaseRecord, recording: RecordedRun, context: JudgingContext) -> Verdict:
-        expected = read_configured(case_parts(case), self.config.expected_field)
+        expected = read_path(case_parts(case), self.config.expected_field)
         if expected is ABSENT:
             return self.verdict(case, EXCLUDED, "no_expected_value")
-        actual = read_configured(recording.output, self.config.field)
+        actual = read_path(recording.output, self.config.field)
         if actual is ABSENT:
             return self.verdict(case, FAIL, "field_absent", {"expected": expected, "actual": None, "absent": True})
         details = {"expected": expected, "actual": actual}

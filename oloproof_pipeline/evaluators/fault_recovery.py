@@ -27,8 +27,8 @@ from ..model.faults import FaultKind, FaultPlan, FaultReplay, NoTextToChange, Re
 from ..model.outcomes import EXCLUDED, FAIL, MISSING, PASS, Judgement, Verdict
 from ..model.records import RecordedRun, ReplayResult
 from ..model.trajectory import Checkpoint, Trajectory, first_difference, plain_json
-from ..model.paths import ABSENT, join_path
-from .base import Evaluator, EvaluatorConfig, JudgingContext, read_configured
+from ..model.paths import ABSENT, join_path, read_path
+from .base import Evaluator, EvaluatorConfig, JudgingContext
 from .state_matches import Mode, StateComparison, expected_state_of, first_difference as first_state_difference
 
 
@@ -138,7 +138,7 @@ def judge_world_after_fault(case: CaseRecord, replay: FaultReplay, agent: Judgem
         paths, comparison, want = [""], StateComparison(mode), expected
         part, checked = "recovered_but_state_differs", "expected_state"
     after = faulted.state_after
-    rows = [row for path in paths for row in comparison.rows(path, read_configured(want, path), read_configured(after, path))]
+    rows = [row for path in paths for row in comparison.rows(path, read_path(want, path), read_path(after, path))]
     details = {**agent.details, "state_checked": checked, "state_rows": rows}
     first = first_state_difference(rows)
     if first is None:

@@ -21,10 +21,10 @@ from pydantic import Field
 from ..model.cases import CaseRecord
 from ..model.errors import ProjectError
 from ..model.outcomes import FAIL, PASS, Verdict
-from ..model.paths import ABSENT
+from ..model.paths import ABSENT, read_path
 from ..model.records import RecordedRun
 from .answer_text import FIELD_ABSENT, AnswerFieldConfig
-from .base import Evaluator, EvaluatorConfig, JudgingContext, read_configured
+from .base import Evaluator, EvaluatorConfig, JudgingContext
 
 if TYPE_CHECKING:
     from jsonschema import Draft202012Validator
@@ -87,7 +87,7 @@ class JsonSchema(Evaluator):
     def judge(self, case: CaseRecord, recording: RecordedRun, context: JudgingContext) -> Verdict:
         if self._validator is None:
             raise ProjectError(f"{self.criterion}: the json_schema evaluator was built without its project folder")
-        actual = read_configured(recording.output, self.config.output_path)
+        actual = read_path(recording.output, self.config.output_path)
         if actual is ABSENT:
             return self.verdict(case, FAIL, FIELD_ABSENT, {"actual": None, "absent": True})
         errors = [error.message for error in self._validator.iter_errors(actual)]

@@ -18,8 +18,8 @@ from ..model.cases import CaseRecord
 from ..model.records import RecordedRun
 from ..model.trajectory import first_difference
 from ..model.outcomes import ANOTHER_TRANSFORM, EXCLUDED, FAIL, MISSING, NOT_A_METAMORPHIC_PAIR, PASS, Verdict
-from .base import Evaluator, EvaluatorConfig, JudgingContext, read_configured
-from ..model.paths import ABSENT, DottedPath, absent_as_none
+from .base import Evaluator, EvaluatorConfig, JudgingContext
+from ..model.paths import ABSENT, DottedPath, absent_as_none, read_path
 from ..model.transforms import as_the_copy_started
 from .state_matches import StateComparison, leaf_count, values_equal
 
@@ -76,7 +76,7 @@ class MetamorphicRelation(Evaluator):
 
     def _same_output(self, case: CaseRecord, source: RecordedRun, derived: RecordedRun) -> Verdict:
         path = self.config.field or ""
-        source_value, copy_value = read_configured(source.output, path), read_configured(derived.output, path)
+        source_value, copy_value = read_path(source.output, path), read_path(derived.output, path)
         details = {"field": path or None, "source": absent_as_none(source_value), "copy": absent_as_none(copy_value)}
         if source_value is ABSENT and copy_value is ABSENT:
             return self.verdict(case, MISSING, "output_field_absent", details)

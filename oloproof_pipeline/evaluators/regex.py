@@ -18,10 +18,10 @@ from pydantic import field_validator
 
 from ..model.cases import CaseRecord
 from ..model.outcomes import FAIL, PASS, Verdict
-from ..model.paths import ABSENT
+from ..model.paths import ABSENT, read_path
 from ..model.records import RecordedRun
 from .answer_text import FIELD_ABSENT, AnswerFieldConfig, as_text
-from .base import Evaluator, EvaluatorConfig, JudgingContext, read_configured
+from .base import Evaluator, EvaluatorConfig, JudgingContext
 
 
 class RegexConfig(AnswerFieldConfig):
@@ -49,7 +49,7 @@ class Regex(Evaluator):
         self._compiled = re.compile(config.pattern)
 
     def judge(self, case: CaseRecord, recording: RecordedRun, context: JudgingContext) -> Verdict:
-        actual = read_configured(recording.output, self.config.output_path)
+        actual = read_path(recording.output, self.config.output_path)
         if actual is ABSENT:
             return self.verdict(case, FAIL, FIELD_ABSENT, {"pattern": self.config.pattern, "actual": None, "absent": True})
         found = self._compiled.search(as_text(actual))

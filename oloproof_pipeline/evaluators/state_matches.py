@@ -23,8 +23,8 @@ from pydantic import Field
 from ..model.cases import CaseRecord
 from ..model.records import RecordedRun
 from ..model.outcomes import EXCLUDED, FAIL, MISSING, PASS, Verdict
-from .base import Evaluator, EvaluatorConfig, JudgingContext, configured_keys, read_configured
-from ..model.paths import ABSENT, DottedPath, absent_as_none, join_path, quote_key, read_keys, split_glob_path
+from .base import Evaluator, EvaluatorConfig, JudgingContext
+from ..model.paths import ABSENT, DottedPath, absent_as_none, join_path, path_keys, quote_key, read_keys, read_path, split_glob_path
 from .state_views import GlobPath, glob_matches, state_view
 
 Mode = Literal["exact", "subset"]
@@ -271,7 +271,7 @@ class StateComparison:
         return True
 
     def rows(self, path: str, expected: Any, actual: Any) -> list[dict[str, Any]]:
-        base = list(configured_keys(path))
+        base = list(path_keys(path))
         if expected is ABSENT or actual is ABSENT:
             return self._rows_with_absence(base, expected, actual)
         matched: list[dict[str, Any]] = []
@@ -298,7 +298,7 @@ class StateComparison:
 
 def expected_state_of(case: CaseRecord, field: str = "state") -> Any:
     """The state a case expects: its `expected.<field>` (`state` unless configured)."""
-    state = read_configured(case.expected or {}, field)
+    state = read_path(case.expected or {}, field)
     return ABSENT if state is None else state
 
 
@@ -310,7 +310,7 @@ def paths_naming_nothing(
     cases_by_path: dict[str, list[CaseRecord]] = {}
     for case, states in worlds:
         for path in paths_of(case):
-            if all(not isinstance(state, dict) or read_configured(state, path) is ABSENT for state in states):
+            if all(not isinstance(state, dict) or read_path(state, path) is ABSENT for state in states):
                 cases_by_path.setdefault(path, []).append(case)
     return [
         f"{evaluator.origin} ({evaluator.type} {evaluator.criterion}): path {path!r} names nothing in the starting "
@@ -371,11 +371,11 @@ class StateMatches(Evaluator):
             return self.verdict(case, MISSING, "no_recorded_state")
         state_after = self.view(recording.state_after)
         paths = self.config.paths or [""]
-        unstated = [path for path in paths if read_configured(expected_state, path) is ABSENT]
+        unstated = [path for path in paths if read_path(expected_state, path) is ABSENT]
         if unstated and not self.config.absent_ok:
             # The case says nothing about these paths: judging only the rest would pass it on less.
             return self.verdict(case, EXCLUDED, "path_not_expected", {"paths": unstated})
-        if all(read_configured(expected_state, path) == {} for path in paths):
+        if all(read_path(expected_state, path) == {} for path in paths):
             # An expected `{}` states nothing: it would pass whatever the system did, even deleting everything.
             return self.verdict(case, EXCLUDED, "nothing_to_compare", {"paths": paths})
         row_tables = tuple(tuple(split_glob_path(table)) for table in self.config.match_rows_by)
@@ -383,7 +383,7 @@ class StateMatches(Evaluator):
         rows = [
             row
             for path in paths
-            for row in comparison.rows(path, read_configured(expected_state, path), read_configured(state_after, path))
+            for row in comparison.rows(path, read_path(expected_state, path), read_path(state_after, path))
         ]
         first = first_difference(rows)
         if first is None:

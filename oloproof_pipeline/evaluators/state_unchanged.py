@@ -17,8 +17,8 @@ from pydantic import Field
 from ..model.cases import CaseRecord, unchanged_paths_of
 from ..model.records import RecordedRun
 from ..model.outcomes import EXCLUDED, FAIL, MISSING, PASS, Verdict
-from .base import Evaluator, EvaluatorConfig, JudgingContext, read_configured
-from ..model.paths import ABSENT, DottedPath
+from .base import Evaluator, EvaluatorConfig, JudgingContext
+from ..model.paths import ABSENT, DottedPath, read_path
 from .state_matches import StateComparison, expected_state_of, first_difference, paths_naming_nothing
 
 
@@ -60,7 +60,7 @@ class StateUnchanged(Evaluator):
         if recording.environment_state is None:
             return self.verdict(case, MISSING, "no_recorded_state")
         before_and_after: list[tuple[str, Any, Any]] = [
-            (path, read_configured(case.initial_state, path), read_configured(recording.state_after, path)) for path in paths
+            (path, read_path(case.initial_state, path), read_path(recording.state_after, path)) for path in paths
         ]
         absent = [path for path, before, after in before_and_after if before is ABSENT and after is ABSENT]
         if absent and not self.config.absent_ok:

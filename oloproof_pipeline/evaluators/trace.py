@@ -31,11 +31,11 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..model.cases import CaseRecord
 from ..model.outcomes import EXCLUDED, FAIL, MISSING, PASS, Judgement, Verdict
-from ..model.paths import ABSENT, DottedPath
+from ..model.paths import ABSENT, DottedPath, read_path
 from ..model.records import RecordedRun
 from ..model.trajectory import EventAt, ToolCall
 from ..model.violations import Violation
-from .base import Evaluator, EvaluatorConfig, JudgingContext, read_configured
+from .base import Evaluator, EvaluatorConfig, JudgingContext
 
 # -- what a call or an event is about -----------------------------------------------------------
 
@@ -102,7 +102,7 @@ def called_before(
 def succeeded(config: NeverSucceedsWhileConfig, result: Any) -> bool:
     if not isinstance(result, dict) or "error" in result:
         return False
-    return config.success_values is None or read_configured(result, config.success_field) in config.success_values
+    return config.success_values is None or read_path(result, config.success_field) in config.success_values
 
 
 def never_succeeds_while(
@@ -115,7 +115,7 @@ def never_succeeds_while(
     for call in actions:
         if not succeeded(config, call.result):
             continue
-        blocking = read_configured(call.result, config.field)
+        blocking = read_path(call.result, config.field)
         if blocking is ABSENT:
             unknown.append({"step": call.number, "tool": call.tool, "detail": f"the result has no {config.field!r}"})
         elif is_non_empty(blocking):

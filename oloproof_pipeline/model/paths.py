@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import re
+from functools import lru_cache
 from typing import Annotated, Any, Final, Iterable
 
 from pydantic import AfterValidator
@@ -141,8 +142,15 @@ def read_keys(data: Any, keys: Iterable[str]) -> Any:
     return value
 
 
+@lru_cache(maxsize=4096)
+def path_keys(path: str) -> tuple[str, ...]:
+    """`split_path`'s keys, parsed once per path: judging reads the same few configured paths
+    for every case (a malformed one raises each time, and is not cached)."""
+    return tuple(split_path(path))
+
+
 def read_path(data: Any, path: str) -> Any:
-    return read_keys(data, split_path(path))
+    return read_keys(data, path_keys(path))
 
 
 def write_keys(data: Any, keys: list[str], value: Any) -> Any:
