@@ -224,9 +224,8 @@ def verdict_parts(verdicts: Verdicts, names: Iterable[str]) -> Iterator[pd.DataF
     if isinstance(verdicts, pd.DataFrame):
         yield verdicts[names]
         return
-    groups = verdicts.row_groups()
-    for group in range(len(groups.starts)):
-        yield groups.read(group, names).to_pandas()
+    for part in verdicts.row_groups().each(names):
+        yield part.to_pandas()
 
 
 def metric_outcomes(verdicts: Verdicts, metric: str) -> Iterator[tuple[str | None, str | None]]:
@@ -238,9 +237,7 @@ def metric_outcomes(verdicts: Verdicts, metric: str) -> Iterator[tuple[str | Non
         yield from zip(null_to_none(of_metric["group_id"]), null_to_none(of_metric["outcome"]))
         return
     excluded = pa.array(sorted(STRUCTURAL_EXCLUSIONS), type=pa.string())
-    groups = verdicts.row_groups()
-    for group in range(len(groups.starts)):
-        part = groups.read(group, names)
+    for part in verdicts.row_groups().each(names):
         # A null criterion matches nothing; a null reason is not an exclusion (as pandas' `==` and `isin`).
         counts = pc.and_(pc.equal(part["criterion"], metric), pc.invert(pc.is_in(part["reason"], value_set=excluded)))
         of_metric = part.filter(counts)

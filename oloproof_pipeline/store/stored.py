@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 import pandas as pd
@@ -115,6 +115,11 @@ class RowGroups:
     def __init__(self, sizes: list[int], read: Callable[[int, list[str]], pa.Table]):
         self.starts = np.cumsum([0] + sizes[:-1]).astype(np.int64)
         self.read = read
+
+    def each(self, names: list[str]) -> Iterator[pa.Table]:
+        """Each group's named columns, in turn (one group held at a time)."""
+        for group in range(len(self.starts)):
+            yield self.read(group, names)
 
 
 class StoredTable:
