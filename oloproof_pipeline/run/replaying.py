@@ -89,8 +89,6 @@ class PendingReplay:
     plan: FaultPlan
     call_index: int
     checkpoint: Checkpoint
-    # The plan's columns of the row (`plan_columns`, made once per plan).
-    plan_keys: dict[str, Any]
     # The row of the plan's candidates (source case and plan) this replay fills.
     position: int = -1
 
@@ -107,7 +105,6 @@ class LeftToReplay:
     plan: FaultPlan
     call_index: int
     checkpoint: Checkpoint
-    plan_keys: dict[str, Any]
 
 
 @dataclass
@@ -164,14 +161,12 @@ def stored_recordings(runs: StoredTable, positions: Iterable[int]) -> dict[int, 
     }
 
 
-def plan_columns(plan: FaultPlan) -> dict[str, Any]:
-    """A plan's columns of each of its rows, made once per plan (its digest encodes the whole plan)."""
-    return {"criterion": plan.criterion, "tool": plan.tool, "fault": plan.fault, "occurrence": plan.occurrence, "plan_digest": plan.digest}
-
-
-def base_row(case_id: str, case_digest: str, recorded_by_run: str | None, plan_keys: dict[str, Any], version: str) -> dict[str, Any]:
-    """A replay row's keys; `plan_keys` are its plan's `plan_columns`."""
-    return {"case_id": case_id, "case_digest": case_digest, "system_version": version, **plan_keys, "recorded_by_run": recorded_by_run}
+def base_row(case_id: str, case_digest: str, recorded_by_run: str | None, plan: FaultPlan, version: str) -> dict[str, Any]:
+    """A replay row's keys (the plan's digest is made once per plan: `FaultPlan.digest`)."""
+    return {
+        "case_id": case_id, "case_digest": case_digest, "system_version": version, "criterion": plan.criterion, "tool": plan.tool,
+        "fault": plan.fault, "occurrence": plan.occurrence, "plan_digest": plan.digest, "recorded_by_run": recorded_by_run,
+    }
 
 
 def has_text_to_change(plan: FaultPlan, trajectory: Trajectory, call_index: int) -> bool:
@@ -234,13 +229,12 @@ def plan_replays(project: Project, cases: StoredTable, runs: StoredTable, versio
     )
     untried = work.reuse.isna()
     to_model = candidates.index[untried | stale_judging]
-    keys_of = {index: plan_columns(plan) for index, plan in plans}
     placeholders = 0
     # The cases and recordings become models a slice at a time, and only while this plans.
     for start in range(0, len(to_model), MODELS_AT_ONCE):
         chosen = candidates.loc[to_model[start : start + MODELS_AT_ONCE]]
         chosen = chosen.assign(position=chosen.index, stale=stale_judging[chosen.index].to_numpy())
-        placeholders += plan_slice(work, chosen, cases, runs, dict(plans), version, keys_of)
+        placeholders += plan_slice(work, chosen, cases, runs, dict(plans), version)
     reused = work.reuse.dropna().astype(int)
     without_replay = known.loc[reused.to_numpy(), "replayed_by_run"].isna().to_numpy()
     work.summary.skipped = int(without_replay.sum()) + placeholders
@@ -251,7 +245,6 @@ def plan_replays(project: Project, cases: StoredTable, runs: StoredTable, versio
 
 def plan_slice(
     work: ReplayWork, chosen: pd.DataFrame, cases: StoredTable, runs: StoredTable, plan_of: dict[int, FaultPlan], version: str,
-    keys_of: dict[int, dict[str, Any]],
 ) -> int:
     """Plan the `chosen` candidates: judge anew those judged under another plan, decide those
     with nothing to replay, list the rest as left. Returns how many had nothing to replay."""
@@ -263,7 +256,7 @@ def plan_slice(
         position = row.position
         recording, plan = recordings[row.run_position], plan_of[row.plan_index]
         trajectory = recording.trajectory
-        keys = base_row(row.case_id, row.case_digest, recording.recorded_by_run, keys_of[row.plan_index], version)
+        keys = base_row(row.case_id, row.case_digest, recording.recorded_by_run, plan, version)
         if row.stale:
             stored = stale_replays[int(work.reuse[position])]
             work.decide(position, judged(stored.model_copy(update=keys), trajectory, plan))
@@ -276,12 +269,7 @@ def plan_slice(
             work.decide(position, judged(placeholder, trajectory, plan))
             placeholders += 1
         else:
-            work.pending.append(
-                LeftToReplay(
-                    position, row.case_position, row.run_position, row.plan_index, plan, call_index, checkpoint,
-                    keys_of[row.plan_index],
-                )
-            )
+            work.pending.append(LeftToReplay(position, row.case_position, row.run_position, row.plan_index, plan, call_index, checkpoint))
     return placeholders
 
 
@@ -296,7 +284,7 @@ def pending_replays(cases: StoredTable, runs: StoredTable, left: list[LeftToRepl
         for item in chunk:
             yield PendingReplay(
                 chosen_cases[item.case_position], recordings[item.run_position], item.plan_index, item.plan,
-                item.call_index, item.checkpoint, item.plan_keys, item.position,
+                item.call_index, item.checkpoint, item.position,
             )
 
 
@@ -409,7 +397,7 @@ def fault_replay(item: PendingReplay, control: ReplayResult, faulted: ReplayResu
 
 
 def item_row(item: PendingReplay, version: str) -> dict[str, Any]:
-    return base_row(item.case.case_id, item.case.case_digest, item.recording.recorded_by_run, item.plan_keys, version)
+    return base_row(item.case.case_id, item.case.case_digest, item.recording.recorded_by_run, item.plan, version)
 
 
 @dataclass
