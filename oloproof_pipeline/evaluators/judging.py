@@ -27,7 +27,7 @@ from pydantic import BaseModel, TypeAdapter
 from ..model.cases import CaseRecord
 from ..model.config import Project
 from ..model.faults import FaultReplay
-from ..model.fingerprints import RowKeyPrefix, evaluator_digest, row_key, row_key_tail
+from ..model.fingerprints import ROW_KEY_CHARACTERS, RowKeyPrefix, evaluator_digest, row_key, row_key_tail
 from ..model.outcomes import Verdict
 from ..model.records import RecordedRun
 from ..store.assembly import AssembledTable
@@ -268,12 +268,9 @@ def verdict_keys(project: Project, cases: pd.DataFrame, runs: StoredTable, repla
         criteria=np.tile(np.array(criteria, dtype=object), len(case_ids)),
         evaluator_digests=np.tile(np.array(digests, dtype=object), len(case_ids)),
         recording_keys=np.repeat(np.array(own, dtype=object), count),
-        inputs_keys=fixed_width_text(inputs, KEY_CHARACTERS),
+        inputs_keys=fixed_width_text(inputs, ROW_KEY_CHARACTERS),
         evaluators=count,
     )
-
-
-KEY_CHARACTERS = 32  # a `row_key`'s length
 
 
 def fixed_width_text(text: bytearray, width: int) -> pa.StringArray:

@@ -410,6 +410,7 @@ def code_file_name(path: Path, project_root: Path) -> str:
 
 
 ROW_KEY_SEPARATOR = "\x1f"
+ROW_KEY_CHARACTERS = 32  # hex characters of a row key: 128 bits
 ROW_KEY_NONE = "\x00"  # what a None part is hashed as
 
 
@@ -421,7 +422,7 @@ def row_key_text(parts: tuple[Any, ...]) -> str:
 def row_key(*parts: Any) -> str:
     """A short key joining `parts` (text or None): what one row's cache entry is made of.
     128 bits: no two rows of one project ever meet by chance."""
-    return hashlib.sha256(row_key_text(parts).encode("utf-8")).hexdigest()[:32]
+    return hashlib.sha256(row_key_text(parts).encode("utf-8")).hexdigest()[:ROW_KEY_CHARACTERS]
 
 
 def row_key_tail(*parts: Any) -> bytes:
@@ -447,7 +448,7 @@ class RowKeyPrefix:
         row = self._hashed.copy()
         for tail in tails:
             row.update(tail)
-        return row.hexdigest()[:32]
+        return row.hexdigest()[:ROW_KEY_CHARACTERS]
 
 
 def frame_digest(tag: str, frame: pd.DataFrame | None, extra: Any = None, *, producer: str | None = None) -> str:
