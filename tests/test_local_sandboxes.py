@@ -140,9 +140,9 @@ def test_a_waiting_system_runs_on_up_to_concurrency_system_sandboxes_and_records
 FAST_APP = WAITING_APP.replace('CRASH_AT, HANG_AT = "7", "20"', 'CRASH_AT, HANG_AT = "none", "none"')
 
 
-def test_a_fast_system_stays_on_one_sandbox_whatever_concurrency_system_allows(tmp_path):
-    """Another sandbox pays only when the system's own time dominates: a system that answers
-    at once keeps its one worker process however many cases it has."""
+def test_a_fast_systems_short_stage_stays_on_one_sandbox_whatever_concurrency_system_allows(tmp_path):
+    """A system that answers at once gets another sandbox only on a long stage: 120 cases
+    keep their one worker process, whatever `concurrency.system` allows."""
     root = with_concurrency(write_project(tmp_path / "fast", app=FAST_APP.replace("WAIT_S", "0"), cases=numbered_cases(120)), 8)
     project = load_project(root)
     runs, summary = record_cases(project, load_cases(project), version="1.0.0", run_id="fast")
@@ -209,8 +209,8 @@ class SystemResult:
 
 
 def sandboxes_over_time(most: int, *, system_s: float, pipeline_s: float, driver_s: float,
-                        cases: int = 200, cases_share_cores: bool = False) -> list[int]:
-    growth, sandboxes, newest, counts = Growth(most), 1, True, []
+                        cases: int = 200, cases_share_cores: bool = False, cores: int = 2) -> list[int]:
+    growth, sandboxes, newest, counts = Growth(most, cores=cores), 1, True, []
     now = 0.0
     for _ in range(cases):
         per_result = system_s + pipeline_s if cases_share_cores else (system_s + pipeline_s) / sandboxes
@@ -235,11 +235,29 @@ def test_growth_gives_a_waiting_system_every_sandbox_allowed_within_a_few_window
     assert max(sandboxes_over_time(32, system_s=0.05, pipeline_s=0.001, driver_s=0.0005)) <= 32
 
 
-def test_growth_keeps_a_fast_system_or_a_busy_driver_on_one_sandbox():
-    """Where the pipeline's handling is a third or more of each case, or the driver is what
-    sets the pace, another sandbox would only contend for it."""
-    assert set(sandboxes_over_time(8, system_s=0.00005, pipeline_s=0.0008, driver_s=0.0003)) == {1}
+def test_growth_keeps_a_busy_driver_a_short_stage_or_a_single_core_on_one_sandbox():
+    """Where the driver sets the pace another sandbox would only wait for it; a fast system's
+    short stage does not pay for a worker's start; and a system that does not wait cannot
+    share one core."""
+    fast = dict(system_s=0.00005, pipeline_s=0.0008, driver_s=0.0003)
     assert set(sandboxes_over_time(8, system_s=0.05, pipeline_s=0.001, driver_s=0.06)) == {1}
+    assert set(sandboxes_over_time(8, **fast, cases=120)) == {1}
+    assert set(sandboxes_over_time(8, **fast, cases=2000, cores=1)) == {1}
+
+
+def test_growth_gives_a_fast_system_on_a_long_stage_a_second_sandbox_while_the_driver_waits():
+    """A scripted agent: its worker's 0.85 ms a case (mostly the pipeline's handling) and the
+    driver's 0.3 ms wait for each other on one sandbox; a second, after a long window,
+    overlaps them. A third would wait for the driver (it sets the pace at two), whatever
+    the cores."""
+    fast = dict(system_s=0.00005, pipeline_s=0.0008, driver_s=0.0003, cases=2000)
+    for cores in (2, 4, 16):
+        counts = sandboxes_over_time(8, **fast, cores=cores)
+        assert max(counts) == 2 == counts[-1] and counts.index(2) >= 128, cores
+    # A worker twice as slow leaves the driver waiting at two sandboxes as well: one a core.
+    slower = dict(fast, pipeline_s=0.002)
+    assert max(sandboxes_over_time(8, **slower, cores=3)) == 3
+    assert max(sandboxes_over_time(8, **slower, cores=2)) == 2
 
 
 def test_growth_stops_adding_sandboxes_that_did_not_pay():

@@ -13,13 +13,16 @@ case, as they do Dask's). No thread per sandbox: a case costs no hand-over betwe
 and nothing else contends for the interpreter while the driver journals.
 
 A stage starts with one sandbox and adds one only when that pays (`Growth`), up to the
-project's `concurrency.system` and never more than there are items to hand out: a fast or
-CPU-bound system stays on one sandbox, a system that waits (on a model, a tool, a sleep)
-gets as many as keep the driver busy.
+project's `concurrency.system` and never more than there are items to hand out: a system
+that waits (on a model, a tool, a sleep) gets as many as keep the driver busy; one that
+does not (a scripted agent, a CPU-bound system) gets another only on a long stage, up to
+the cores this process may use, so the driver's work on one result overlaps a worker's on
+the next; a short stage (a small suite) keeps its one worker.
 """
 
 from __future__ import annotations
 
+import os
 import select
 import statistics
 import time
@@ -151,12 +154,15 @@ def answered(sandboxes: list[LocalSandbox]) -> Iterator[tuple[LocalSandbox, Any]
 # few milliseconds on a fast system is mostly noise; one of a system that plainly waits is not).
 WINDOW_PER_SANDBOX = 4
 CLEAR_SHARE = 0.9
-# A case's system time (the median's, so one case stalled by a busy machine does not count)
-# must be more than this share of a sandbox's time per case for another sandbox to pay:
-# below it, the pipeline's per-case handling (sending, reading back, journalling) is a third
-# or more of each case, and the driver, which does its share of it for every sandbox in
-# turn, soon sets the pace whatever is added.
+# A system that waits: its case's system time (the median's, so one case stalled by a busy
+# machine does not count) is more than this share of a sandbox's time per case. Below it a
+# sandbox's time is mostly CPU (the system's or the pipeline's per-case handling in the
+# worker), which more sandboxes than cores would only contend for.
 SYSTEM_SHARE = 2 / 3
+# A system that does not wait gets another sandbox only after this many results per sandbox
+# it has: a worker's start (a fork, the system built, its memory) pays only over a long
+# stage, and the window of a fast system is then long enough not to be noise.
+LONG_WINDOW_PER_SANDBOX = 128
 # Sandboxes are added up to as many as would keep the driver busy this share of the time (by
 # the window's pace per sandbox), not all of it: each costs a worker's start and its memory,
 # and the driver's time per case grows with the sandboxes it waits on.
@@ -175,21 +181,24 @@ class Growth:
     it judges the sandboxes added last). More pay when:
 
     - the driver waited for results longer than it worked on them (journalling, judging
-      rows, reading the next items): the sandboxes set the pace, not the driver;
-    - a case's system time (`duration_s`, measured in the worker; the window's median) is
-      more than SYSTEM_SHARE of a sandbox's time per case: a fast system's sandbox is busy
-      with the pipeline's per-case handling, which more sandboxes would only contend for.
+      rows, reading the next items): the sandboxes set the pace, not the driver.
 
-    Then as many are added as would keep the driver busy DRIVER_BUSY of the time at the
-    window's pace per sandbox, at least one and at most as many again:
-    a system that plainly waits reaches its number in a few windows. Those last added must
+    A system that waits (a case's system time, `duration_s` measured in the worker, the
+    window's median, more than SYSTEM_SHARE of a sandbox's time per case) is given as many
+    as would keep the driver busy DRIVER_BUSY of the time at the window's pace per sandbox,
+    at least one and at most as many again: it reaches its number in a few windows. One
+    that does not wait is busy on a core: it is given one more, after a window of
+    LONG_WINDOW_PER_SANDBOX results per sandbox, while there are fewer sandboxes than
+    `cores` (a worker's time on a result then overlaps the driver's on another's, where
+    with one sandbox each waits for the other). Those last added must
     raise the results per second by at least PAID_SHARE of a sandbox's share before them
     each (a CPU-bound system on a busy machine does not): once they did not, none is added
     again. Never more than `most` sandboxes. A window that decides against growing starts
     again, so the rule follows a system whose pace changes."""
 
-    def __init__(self, most: int):
+    def __init__(self, most: int, cores: int | None = None):
         self.most = most
+        self.cores = cores if cores is not None else len(os.sched_getaffinity(0))
         self.settled = False  # sandboxes added did not pay
         # Results per second, and sandboxes, before the last ones were added.
         self._before: tuple[float, int] | None = None
@@ -228,6 +237,9 @@ class Growth:
         clear = system_share > CLEAR_SHARE and self._before is None  # whether the last ones paid is never rushed
         if self._results < 2 * WINDOW_PER_SANDBOX * sandboxes and not clear:
             return sandboxes
+        waits = system_share > SYSTEM_SHARE
+        if not waits and self._results < LONG_WINDOW_PER_SANDBOX * sandboxes:
+            return sandboxes
         rate = self._results / window_s
         if self._before is not None:
             rate_before, fewer = self._before
@@ -236,8 +248,8 @@ class Growth:
                 return sandboxes
             self._before = None
         driver_s = window_s - self._waited_s
-        if self._waited_s > driver_s and system_share > SYSTEM_SHARE:
-            kept_busy = int(DRIVER_BUSY * sandboxes * window_s / max(driver_s, 1e-9))
+        if self._waited_s > driver_s and (waits or sandboxes < self.cores):
+            kept_busy = int(DRIVER_BUSY * sandboxes * window_s / max(driver_s, 1e-9)) if waits else sandboxes + 1
             self._before = (rate, sandboxes)
             self._restart(None)  # opened again by the newest sandbox's first result
             return min(self.most, 2 * sandboxes, max(sandboxes + 1, kept_busy))
