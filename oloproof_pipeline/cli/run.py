@@ -59,9 +59,10 @@ def run(
 
     def shown_unchanged(stamp: RunStamp | None) -> bool:
         """Nothing changed since the stamp's run: its results are shown (`--launch`: run anyway)."""
-        if stamp is not None and not launch:
-            show_unchanged_run(root, stamp, as_json=as_json)
-        return stamp is not None and not launch
+        if stamp is None or launch:
+            return False
+        show_unchanged_run(root, stamp, as_json=as_json)
+        return True
 
     # A version declared in oloproof.yaml, with the system's code as the last complete run of
     # it left it, is the version the code reports: nothing to import to know there is nothing
