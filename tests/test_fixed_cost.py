@@ -48,3 +48,37 @@ def test_the_commands_imports_are_not_walked_by_the_collector():
     # meanwhile (each older one walks every import made so far), all
     # set aside from later full passes, and the collector on again for what the command makes.
     assert (collections, frozen > 100_000, enabled) == (0, True, True)
+
+
+# What the interpreter's exit finds: how many fork servers (run/worker_processes.py) the command
+# started for the system's worker processes.
+FORK_SERVER_PROBE = """
+import atexit, sys
+started = lambda: getattr(sys.modules.get("oloproof_pipeline.run.worker_processes"), "fork_servers_started", 0)
+atexit.register(lambda: print(f"fork_servers_started={started()}", file=sys.stderr))
+from oloproof_pipeline.cli import main
+sys.argv = ["oloproof", *sys.argv[1:]]
+main()
+"""
+
+
+def fork_servers_started(project, *args: str) -> tuple[int, subprocess.CompletedProcess]:
+    finished = subprocess.run([sys.executable, "-c", FORK_SERVER_PROBE, *args], cwd=project, env=cli_environment(),
+                              capture_output=True, text=True)
+    key, value = finished.stderr.strip().splitlines()[-1].split("=")
+    assert key == "fork_servers_started", finished.stderr
+    return int(value), finished
+
+
+def test_only_a_run_that_records_starts_a_fork_server(refund_desk):
+    # A cold run records: one fork server for all its worker processes (recording and replays),
+    # started while Dagster is imported.
+    started, cold = fork_servers_started(refund_desk, "run")
+    assert (cold.returncode, started) == (1, 1), cold.stdout + cold.stderr  # BLOCK, as the example is
+    # Nothing changed: a rerun launches nothing, and a run launched anyway reuses every
+    # recording and replay; neither starts a process for the system.
+    started, rerun = fork_servers_started(refund_desk, "run")
+    assert (rerun.returncode, started) == (1, 0) and "is up to date" in rerun.stdout, rerun.stdout + rerun.stderr
+    started, launched = fork_servers_started(refund_desk, "run", "--launch")
+    assert (launched.returncode, started) == (1, 0), launched.stdout + launched.stderr
+    assert "recorded 0 cases and reused 72" in launched.stdout and "replayed 0 and reused 12" in launched.stdout

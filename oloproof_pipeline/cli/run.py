@@ -51,28 +51,37 @@ def run(
     root = project.resolve()
     inputs_digest = run_inputs_digest(evaluated)
 
-    def shown_unchanged(version: str | None) -> bool:
-        """Nothing changed since the last complete run of `version`: its results are shown."""
-        stamp = None if fresh or launch or version is None else unchanged_since(
+    def unchanged(version: str | None) -> RunStamp | None:
+        """The last complete run of `version` when nothing changed since (`--fresh`: never)."""
+        return None if fresh or version is None else unchanged_since(
             root, version=version, ungated=ungated, inputs_digest=inputs_digest
         )
-        if stamp is not None:
-            show_unchanged_run(root, stamp, as_json=as_json)
-        return stamp is not None
+
+    def shown_unchanged(stamp: RunStamp | None) -> bool:
+        """Nothing changed since the stamp's run: its results are shown (`--launch`: run anyway)."""
+        if stamp is None or launch:
+            return False
+        show_unchanged_run(root, stamp, as_json=as_json)
+        return True
 
     # A version declared in oloproof.yaml, with the system's code as the last complete run of
     # it left it, is the version the code reports: nothing to import to know there is nothing
     # to do. Otherwise the system says its version first, once, for the whole launch.
     declared = evaluated.config.system.version
-    if shown_unchanged(declared):
+    declared_unchanged = unchanged(declared)
+    if shown_unchanged(declared_unchanged):
         return
     with imported_aside():
         from ..run.worker_processes import start_fork_server  # the system layer (httpx): only a launch needs it
         from ..run.system import resolve_system  # the system layer, as above
 
-    start_fork_server()  # the system's worker processes get ready while Dagster is imported
+    if declared_unchanged is None:
+        # The system's worker processes get ready while Dagster is imported. Not for a run
+        # launched with nothing changed (`--launch`): it reuses every recording, and a stage
+        # that does need a worker starts the fork server then.
+        start_fork_server()
     system = resolve_system(evaluated)  # imports the system only when no version is declared
-    if declared is None and shown_unchanged(system.version):
+    if declared is None and shown_unchanged(unchanged(system.version)):
         return
     first_of_version = system.version not in stored_partitions(root, "recorded_runs")
     with imported_aside():

@@ -137,16 +137,20 @@ class ForkServer:
 
 _fork_server: ForkServer | None = None
 _fork_server_lock = threading.Lock()
+# Fork servers this process started: at most one per run that records (again only if one
+# ended), none for a run that records nothing (the tests count them).
+fork_servers_started = 0
 
 
 def _usable_fork_server() -> ForkServer:
     """This process's fork server, started if there is none (call under the lock)."""
-    global _fork_server
+    global _fork_server, fork_servers_started
     if _fork_server is not None and _fork_server.owner != os.getpid():
         _fork_server.forget()  # a forked copy of the evaluating process: the server is its parent's
         _fork_server = None
     if _fork_server is None or not _fork_server.usable:
         _fork_server = ForkServer()
+        fork_servers_started += 1
     return _fork_server
 
 
