@@ -22,8 +22,9 @@ import oloproof_pipeline.read as read
 from oloproof_pipeline.decide.paired import paired_difference_interval
 from oloproof_pipeline.model.trajectory import first_difference
 from oloproof_pipeline.project import load_project
-from oloproof_pipeline.read import markup, panels, report_view
+from oloproof_pipeline.read import panels, report_view
 from oloproof_pipeline.read.compare import comparison_markdown, comparison_table, compare_criterion
+from oloproof_pipeline.read.panel_html import PanelHtml
 from oloproof_pipeline.read.panels import PanelStore
 from oloproof_pipeline.read.report_scan import ReportTables
 from oloproof_pipeline.read.reports import environment, report_path, write_html_report
@@ -455,8 +456,11 @@ def test_report_pieces_escape_as_html_escape_does():
     pieces = environment().filters
     assert str(pieces["case_link"]("a<b>\"c'&")) == '<a href="#case-a&lt;b&gt;&quot;c&#x27;&amp;">a&lt;b&gt;&quot;c&#x27;&amp;</a>'
     assert str(pieces["outcome"](None)) == '<span class=""></span>'  # None prints as nothing
-    cells = str(markup.call_cells({"tool": "<t>", "arguments": {"note": "it's \"x\""}, "result": None}))
-    assert cells == "<td>&lt;t&gt;</td><td>{&quot;note&quot;: &quot;it&#x27;s \\&quot;x\\&quot;&quot;}</td><td>null</td>"
+    panel = PanelHtml()
+    panel.call_cells({"tool": "<t>", "arguments": {"note": "it's \"x\""}, "result": None})
+    panel.call_cells(None)
+    cells = panel.finished()
+    assert cells == "<td>&lt;t&gt;</td><td>{&quot;note&quot;: &quot;it&#x27;s \\&quot;x\\&quot;&quot;}</td><td>null</td><td>-</td><td>-</td><td>-</td>"
     assert str(pieces["run_link"]("0a1b2c3d-4e5f", None)) == '<code title="0a1b2c3d-4e5f">0a1b2c3d</code>'
     linked = str(pieces["run_link"]("0a1b-<x>", "http://h:3000"))
     assert linked == '<a href="http://h:3000/runs/0a1b-&lt;x&gt;"><code title="0a1b-&lt;x&gt;">0a1b</code></a>'

@@ -1,7 +1,7 @@
 """The report's small pieces of HTML, each escaped as `{{ value }}` is: the escaping every value
 goes through (`escaped`), and the pieces every table row repeats (an outcome, a case link, a
-run link or its hole, a tool call's cells, a table's head). The Jinja2 templates use them as
-filters and the case panels (`panel_html`) call them directly."""
+run link or its hole, a table's head). The Jinja2 templates use them as filters; the case
+panels (`panel_html`) write the same markup with their values escaped all at once."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 from markupsafe import Markup
 
 from .report_view import PANEL_RUN_LINK_FIELDS, CasePanel
-from .wording import json_text, short_run_id
+from .wording import short_run_id
 
 # Text at most this long is kept escaped: the values every row repeats (run ids, criteria,
 # outcomes) are short, and a large suite's inputs and answers would fill the cache for nothing.
@@ -118,16 +118,6 @@ def with_run_links(section: str, run_ids: list[str | None], dagster_url: str | N
         index, rest = hole.split(">", 1)
         parts += (_run_link(run_ids[int(index)], dagster_url), rest)
     return Markup("".join(parts))
-
-
-def call_cells(call: dict[str, Any] | None) -> Markup:
-    """A tool call as three cells: tool, arguments, result."""
-    if call is None:
-        return Markup("<td>-</td><td>-</td><td>-</td>")
-    return Markup(
-        f"<td>{escaped(call.get('tool'))}</td><td>{escaped(json_text(call.get('arguments')))}</td>"
-        f"<td>{escaped(json_text(call.get('result')))}</td>"
-    )
 
 
 def table_head(headers: list[str]) -> Markup:
