@@ -6,6 +6,7 @@ panels (`panel_html`) write the same markup with their values escaped all at onc
 from __future__ import annotations
 
 import html
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -63,6 +64,7 @@ def case_link(case_id: str) -> Markup:
 # Where a kept panel links to a run (see `RunLinkHole`): no text a recording holds can spell
 # it, since every `<` in one is escaped.
 RUN_LINK_HOLE = "<run-link "
+_HOLES = re.compile(f"{RUN_LINK_HOLE}([0-9]+)>")
 
 
 @dataclass(frozen=True)
@@ -112,11 +114,9 @@ def take_out_run_links(panel: CasePanel) -> list[str | None]:
 
 def with_run_links(section: str, run_ids: list[str | None], dagster_url: str | None) -> Markup:
     """A panel with each run link hole filled: the run ids in the order its holes number them."""
-    head, *holes = section.split(RUN_LINK_HOLE)
-    parts = [head]
-    for hole in holes:
-        index, rest = hole.split(">", 1)
-        parts += (_run_link(run_ids[int(index)], dagster_url), rest)
+    parts = _HOLES.split(section)  # the text between holes, each hole's number between them
+    links = [_run_link(run_id, dagster_url) for run_id in run_ids]
+    parts[1::2] = [links[int(index)] for index in parts[1::2]]
     return Markup("".join(parts))
 
 

@@ -1,14 +1,15 @@
 """The report's tables, and one pass over each a row group at a time (`streamed.StreamedTable`)
 that keeps per case only what the page needs of every case: where its rows are, digests of
 the stored values its panel shows (its panel's key) and its worst outcome; and for the page's
-head only counts and the failing verdicts it lists. A panel's rows are read again
-(`HeldCases`) only for the panels rendered now, and the runs a kept panel links to, a batch
-at a time."""
+head only counts, the failing verdicts it lists and the runs each verdict links to (as
+numbers). A panel's rows are read again (`HeldCases`) only for the panels rendered now, a
+batch at a time."""
 
 from __future__ import annotations
 
 import hashlib
 import sys
+from array import array
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,6 +144,11 @@ class ReportScan:
         self.recorded_by: dict[str, int] = {}  # run -> rows it made, in order of appearance
         self.replayed_by: dict[str, int] = {}
         self.judged_by: dict[str, int] = {}
+        # The runs each verdict row links to (`PANEL_RUN_LINK_FIELDS`), by row position (the
+        # pass reads every row in order): the number of each in `_linked`, four bytes a link,
+        # so a kept panel's links are not read again.
+        self._links = [array("i") for _ in PANEL_RUN_LINK_FIELDS]
+        self._linked: list[str | None] = []
 
     @classmethod
     def of(cls, tables: ReportTables) -> "ReportScan":
@@ -205,6 +211,7 @@ class ReportScan:
         shown_names = [name for name in PANEL_VERDICT_FIELDS if name not in PANEL_RUN_LINK_FIELDS]
         at_outcome, at_judged = shown_names.index("outcome"), PANEL_RUN_LINK_FIELDS.index("judged_by_run")
         rows = RowDigests(self, "verdicts")
+        linked: dict[str | None, int] = {}
         for start, columns in verdicts.column_groups([*shown_names, *PANEL_RUN_LINK_FIELDS]):
             shown, links = columns[: len(shown_names)], columns[len(shown_names) :]
             case_ids, outcomes = shown[0], shown[at_outcome]
@@ -212,6 +219,8 @@ class ReportScan:
             for run_id, count in Counter(links[at_judged]).items():
                 if run_id:
                     self.judged_by[run_id] = self.judged_by.get(run_id, 0) + count
+            for numbers, run_ids in zip(self._links, links):
+                numbers.extend([linked.setdefault(run_id, len(linked)) for run_id in run_ids])
             for at, outcome in enumerate(outcomes):
                 if outcome in FAILING:
                     self.failing.append(failing_row({name: values[at] for name, values in zip(shown_names, shown)}))
@@ -222,6 +231,7 @@ class ReportScan:
                     worst = min(RANK.get(outcome, UNRANKED) for outcome in outcomes[first:end])
                     self._worst[number] = min(self._worst[number], worst)
         rows.close()
+        self._linked = list(linked)
 
     def _scan_replays(self, replays: StreamedTable) -> None:
         shown_names = [name for name in REPORT_REPLAY_FIELDS if name != "replayed_by_run"]
@@ -273,16 +283,10 @@ class ReportScan:
         )
         return panel_key(*(None if digest is None else digest.hex() for digest in shown))
 
-    def run_ids(self, tables: ReportTables, case_ids: list[str]) -> dict[str, list[str | None]]:
-        """The runs each case's panel links to, each verdict's `PANEL_RUN_LINK_FIELDS` in turn:
-        read again for a batch (not held per case)."""
-        rows = tables.verdicts.rows(
-            (position for case_id in case_ids for position in self.verdict_positions(case_id)), PANEL_RUN_LINK_FIELDS
-        )
-        return {
-            case_id: [rows[position][name] for position in self.verdict_positions(case_id) for name in PANEL_RUN_LINK_FIELDS]
-            for case_id in case_ids
-        }
+    def run_ids(self, case_id: str) -> list[str | None]:
+        """The runs the case's panel links to, each verdict's `PANEL_RUN_LINK_FIELDS` in turn."""
+        linked = self._linked
+        return [linked[numbers[position]] for position in self.verdict_positions(case_id) for numbers in self._links]
 
 
 class RowDigests:

@@ -227,10 +227,9 @@ def panel_sections(
         kept = panels.kept(batch_keys) if panels is not None else {}
         left = [case_id for case_id, key in zip(batch, batch_keys) if key not in kept]
         held = HeldCases(tables, scan, left) if left else None
-        run_ids = scan.run_ids(tables, [case_id for case_id, key in zip(batch, batch_keys) if key in kept]) if kept else {}
         for case_id, key in zip(batch, batch_keys):
             if key in kept:
-                yield with_run_links(kept[key], run_ids[case_id], dagster_url)
+                yield with_run_links(kept[key], scan.run_ids(case_id), dagster_url)
                 continue
             panel = case_panel(held, case_id, held.replays)
             if panel is None:
