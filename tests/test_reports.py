@@ -210,9 +210,10 @@ def test_a_run_with_one_case_added_renders_that_cases_panels_only(evaluated_desk
 
 
 def test_a_report_written_again_reads_only_the_rows_of_the_panels_it_renders(evaluated_desk):
-    """The report streams its tables once for what it needs of every case; a case's rows (its
-    case, recording, verdicts) are read again only for the panels rendered now: none when every
-    panel is kept, one case's and its source's recording when one copy's panel is not."""
+    """The report streams its tables once for what it needs of every case (the runs each
+    verdict links to included); a case's rows (its case, recording, verdicts) are read again
+    only for the panels rendered now: none when every panel is kept, one case's and its
+    source's recording when one copy's panel is not."""
     project, version = load_project(evaluated_desk), "1.0.0"
     gate = read_table(evaluated_desk, "gate", version)
 
@@ -225,15 +226,15 @@ def test_a_report_written_again_reads_only_the_rows_of_the_panels_it_renders(eva
     written()  # every panel kept by this code
     tables, store = written()
     assert (store.rendered, store.reused) == (0, 72)
-    assert (tables.cases.rows_read, tables.runs.rows_read, tables.replays.rows_read) == (0, 0, 0)
-    assert tables.verdicts.rows_read == len(read_table(evaluated_desk, "verdicts", version))  # the run links alone
+    assert (tables.cases.rows_read, tables.runs.rows_read, tables.replays.rows_read, tables.verdicts.rows_read) == (0, 0, 0, 0)
 
     with closing(sqlite3.connect(report_panels_path(evaluated_desk, version))) as connection, connection:
         connection.execute("DELETE FROM panels WHERE case_id = 'ord-001~paraphrase'")
     tables, store = written()
     assert (store.rendered, store.reused) == (1, 71)
     assert (tables.cases.rows_read, tables.runs.rows_read) == (1, 2)  # the copy, its recording and its source's
-    assert tables.verdicts.rows_read == len(read_table(evaluated_desk, "verdicts", version))  # each verdict read once
+    verdicts = read_table(evaluated_desk, "verdicts", version)
+    assert tables.verdicts.rows_read == (verdicts["case_id"] == "ord-001~paraphrase").sum() > 0  # the copy's alone
 
 
 def panel_html(report: Path) -> dict[str, str]:

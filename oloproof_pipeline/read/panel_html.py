@@ -1,6 +1,6 @@
 """A case's panel as HTML, written straight to a string: its worst outcome, its input and
 answer, how its recording went, its verdicts with the runs that made them (as holes, see
-`markup.RunLinkHole`), the state compared, the tool calls, the constraints, the scripted
+`markup.RUN_LINK_HOLE`), the state compared, the tool calls, the constraints, the scripted
 events, then each fault replay beside its control and each metamorphic pair's two sides.
 
 A report writes one per case (7,200 at 2,400 source cases); through Jinja2 each cost the
@@ -10,7 +10,8 @@ The markup is the templates' (the page around the panels is still `templates/rep
 A panel is written as its markup, with a `TEXT` mark wherever a value goes, and its values
 in order (`PanelHtml`); the values are escaped all at once as the panel is finished, as one
 string (some sixty a panel: one escape, not sixty calls), each as `markup.escaped` escapes
-`{{ value }}`. Nothing the data holds is ever put in the markup itself."""
+`{{ value }}`. Nothing the data holds is ever put in the markup itself. The panel comes out
+as a %-format of the runs its verdict rows link to (`markup.with_run_links` fills it)."""
 
 from __future__ import annotations
 
@@ -18,13 +19,14 @@ import html
 from collections.abc import Mapping
 from typing import Any
 
-from .markup import RUN_LINK_HOLE, RunLinkHole, run_link
+from .markup import RUN_LINK_HOLE
 from .report_view import FAILING, CasePanel, FaultReplayView, PairView, verdict_summary
 from .wording import json_text
 
 # Where a value goes in a panel's markup. No markup here holds it, and a value that does
 # (no JSON text can: it writes the character as \u0000) has the values escaped one at a time.
 TEXT = "\x00"
+RUN_LINK = "\x01"  # where a run link goes in a panel's markup: `RUN_LINK_HOLE` once the rest is a %-format
 
 
 def head(*headers: str) -> str:
@@ -50,6 +52,11 @@ OUTCOME = f'<span class="{TEXT}">{TEXT}</span>'  # `markup.outcome_span`: the ou
 CASE_LINK = f'<a href="#case-{TEXT}">{TEXT}</a>'  # `markup.case_link`: the id is its two values
 CALL_CELLS = f"<td>{TEXT}</td><td>{TEXT}</td><td>{TEXT}</td>"  # `markup.call_cells`
 NO_CALL_CELLS = "<td>-</td><td>-</td><td>-</td>"
+# Its runs (`report_view.PANEL_RUN_LINK_FIELDS`) as holes.
+VERDICT_ROW = (
+    f"<tr><td>{TEXT}</td><td>{OUTCOME}</td><td>{TEXT}</td><td>{TEXT}</td><td>{RUN_LINK}</td><td>{RUN_LINK}</td>"
+    f"<td>{RUN_LINK}</td></tr>"
+)
 STATE_ROW = f"<tr><td>{TEXT}</td><td>{TEXT}</td><td>{TEXT}</td><td>{TEXT}</td><td>{OUTCOME}</td></tr>"
 
 
@@ -80,12 +87,12 @@ class PanelHtml:
             self.values += self.call_values(call)
 
     def finished(self) -> str:
-        """The markup with each value escaped in its place."""
-        pieces = "".join(self.markup).split(TEXT)
+        """The markup with each value escaped in its place, as a %-format of its run links."""
+        pieces = "".join(self.markup).replace("%", "%%").replace(RUN_LINK, RUN_LINK_HOLE).split(TEXT)
         values = [value if type(value) is str else "" if value is None else str(value) for value in self.values]
-        shown = html.escape(TEXT.join(values)).split(TEXT)
+        shown = html.escape(TEXT.join(values)).replace("%", "%%").split(TEXT)
         if len(shown) != len(values):  # a value holds the mark itself
-            shown = [html.escape(value) for value in values]
+            shown = [html.escape(value).replace("%", "%%") for value in values]
         if len(pieces) != len(shown) + 1:
             raise AssertionError(f"a case panel has {len(pieces) - 1} places for {len(shown)} values")
         joined: list[str] = [""] * (2 * len(shown) + 1)
@@ -94,7 +101,8 @@ class PanelHtml:
 
 
 def case_section(panel: CasePanel) -> str:
-    """The case's `<section>`: shown when it fails, hidden (with the passing ones) otherwise."""
+    """The case's `<section>`: shown when it fails, hidden (with the passing ones) otherwise; a
+    %-format of the runs each verdict row links to (its `PANEL_RUN_LINK_FIELDS` in turn)."""
     out = PanelHtml()
     markup, values = out.markup, out.values
     passing = not panel.failing
@@ -114,10 +122,7 @@ def case_section(panel: CasePanel) -> str:
     markup.append(VERDICT_HEAD)
     for verdict in panel.verdicts:
         outcome = verdict["outcome"]
-        markup.append(
-            f"<tr><td>{TEXT}</td><td>{OUTCOME}</td><td>{TEXT}</td><td>{TEXT}</td><td>{verdict_run_link(verdict['recorded_by_run'])}</td>"
-            f"<td>{verdict_run_link(verdict['replayed_by_run'])}</td><td>{verdict_run_link(verdict['judged_by_run'])}</td></tr>"
-        )
+        markup.append(VERDICT_ROW)
         values += (verdict["criterion"], outcome, outcome, verdict["reason"], verdict_summary(verdict) if outcome in FAILING else "")
     markup.append(TABLE_END)
     if panel.state_rows:
@@ -155,13 +160,6 @@ def case_section(panel: CasePanel) -> str:
         pair_html(out, pair)
     markup.append("</section>")
     return out.finished()
-
-
-def verdict_run_link(run_id: str | RunLinkHole | None) -> str:
-    """A verdict row's run link: its hole as the panel is kept (`markup.take_out_run_links`)."""
-    if isinstance(run_id, RunLinkHole):
-        return f"{RUN_LINK_HOLE}{run_id.index}>"
-    return run_link(run_id, None)
 
 
 def fault_replay_html(out: PanelHtml, view: FaultReplayView) -> None:

@@ -41,7 +41,6 @@ from .markup import (
     outcome_span,
     run_link,
     table_head,
-    take_out_run_links,
     with_run_links,
 )
 from .panel_html import case_section
@@ -234,11 +233,10 @@ def panel_sections(
             panel = case_panel(held, case_id, held.replays)
             if panel is None:
                 continue
-            links = take_out_run_links(panel)
             section = case_section(panel)  # its run links are holes, filled below
             if panels is not None:
                 panels.put(key, case_id, section)
-            yield with_run_links(section, links, dagster_url)
+            yield with_run_links(section, scan.run_ids(case_id), dagster_url)
 
 
 def report_path(project_root: Path, version: str, base: str | None = None) -> Path:
