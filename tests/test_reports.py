@@ -282,7 +282,8 @@ def test_kept_panels_are_dropped_when_the_report_code_or_the_store_changes(evalu
 
 def test_hostile_text_a_system_recorded_shows_as_text_in_its_panel(evaluated_desk):
     """What a system answered, the error it raised and the tools it named are shown, never run:
-    a recording with markup in them renders it escaped, wherever the panel shows it."""
+    a recording with markup in them renders it escaped, wherever the panel shows it; and what
+    a panel marks its places with (a run link's `%s`, the NUL where each value goes) is text."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -292,7 +293,7 @@ def test_hostile_text_a_system_recorded_shows_as_text_in_its_panel(evaluated_des
     recording = next(row for row in rows if row["case_id"] == "ord-001")
     assert '"tool":"lookup_order"' in recording["trajectory"]
     recording["output"] = json.dumps({"answer": "</pre><script>alert('answer')</script>"})
-    recording["error"] = "<img src=x onerror=alert('error')> <run-link 0>"  # nor a kept panel's run link hole
+    recording["error"] = "<img src=x onerror=alert('error')> <run-link 0> %s 100% \x00."  # nor a kept panel's marks
     recording["trajectory"] = recording["trajectory"].replace('"tool":"lookup_order"', '"tool":"<b>lookup_order</b>"')
     pq.write_table(pa.Table.from_pylist(rows, schema=runs.schema), stored)
 
@@ -301,7 +302,8 @@ def test_hostile_text_a_system_recorded_shows_as_text_in_its_panel(evaluated_des
     parser.feed(html)
     panel = parser.sections["case-ord-001"]
     assert '{"answer": "</pre><script>alert(\'answer\')</script>"}' in panel
-    assert "Error: <img src=x onerror=alert('error')> <run-link 0>" in panel and "<b>lookup_order</b>" in panel
+    assert "Error: <img src=x onerror=alert('error')> <run-link 0> %s 100% " in panel and "<b>lookup_order</b>" in panel
+    assert "<p>Error: &lt;img src=x onerror=alert(&#x27;error&#x27;)&gt; &lt;run-link 0&gt; %s 100% \x00.</p>" in html
     assert "<script>alert" not in html and "<img src=x" not in html and "<b>lookup_order" not in html
 
 

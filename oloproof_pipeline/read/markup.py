@@ -77,9 +77,15 @@ def _run_link(run_id: str | None, dagster_url: str | None) -> Markup:
     return Markup(f'<a href="{escaped(dagster_url)}/runs/{escaped(run_id)}">{short}</a>' if dagster_url else short)
 
 
-def with_run_links(section: str, run_ids: list[str | None], dagster_url: str | None) -> Markup:
+def with_run_links(section: str, run_ids: tuple[str | None, ...], dagster_url: str | None) -> Markup:
     """A kept panel (a %-format, see `RUN_LINK_HOLE`) with its run links, in order, filled in."""
-    return Markup(section % tuple([_run_link(run_id, dagster_url) for run_id in run_ids]))
+    return Markup(section % _run_links(run_ids, dagster_url))
+
+
+@lru_cache(maxsize=1024)
+def _run_links(run_ids: tuple[str | None, ...], dagster_url: str | None) -> tuple[Markup, ...]:
+    """A panel's run links: most panels of a report link to the same few runs in the same order."""
+    return tuple([_run_link(run_id, dagster_url) for run_id in run_ids])
 
 
 def table_head(headers: list[str]) -> Markup:

@@ -220,7 +220,9 @@ class ReportScan:
                 if run_id:
                     self.judged_by[run_id] = self.judged_by.get(run_id, 0) + count
             for numbers, run_ids in zip(self._links, links):
-                numbers.extend([linked.setdefault(run_id, len(linked)) for run_id in run_ids])
+                for run_id in dict.fromkeys(run_ids).keys() - linked.keys():
+                    linked[run_id] = len(linked)
+                numbers.extend(map(linked.__getitem__, run_ids))
             for at, outcome in enumerate(outcomes):
                 if outcome in FAILING:
                     self.failing.append(failing_row({name: values[at] for name, values in zip(shown_names, shown)}))
@@ -283,10 +285,10 @@ class ReportScan:
         )
         return panel_key(*(None if digest is None else digest.hex() for digest in shown))
 
-    def run_ids(self, case_id: str) -> list[str | None]:
+    def run_ids(self, case_id: str) -> tuple[str | None, ...]:
         """The runs the case's panel links to, each verdict's `PANEL_RUN_LINK_FIELDS` in turn."""
         linked = self._linked
-        return [linked[numbers[position]] for position in self.verdict_positions(case_id) for numbers in self._links]
+        return tuple([linked[numbers[position]] for position in self.verdict_positions(case_id) for numbers in self._links])
 
 
 class RowDigests:
