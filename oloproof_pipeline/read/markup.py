@@ -58,6 +58,11 @@ def case_link(case_id: str) -> Markup:
     return Markup(f'<a href="#case-{text}">{text}</a>')
 
 
+def case_links(case_ids: list[str]) -> Markup:
+    """The cases' links, a space between: the page's head lists every failing case."""
+    return Markup(" ".join([case_link(case_id) for case_id in case_ids]))
+
+
 # Where a kept panel links to a run: the panel is a %-format (`%s` each link, every other `%`
 # doubled) of the runs its verdict rows link to, so it is kept by what it shows of its case and
 # fits any run that recorded and judged it alike; `with_run_links` fills it as it is written.

@@ -26,7 +26,7 @@ from .report_view import (
     PANEL_CASE_FIELDS,
     PANEL_RUN_FIELDS,
     PANEL_RUN_LINK_FIELDS,
-    PANEL_VERDICT_FIELDS,
+    PANEL_VERDICT_SHOWN,
     REPORT_REPLAY_FIELDS,
     REPORT_VALIDITY_FIELDS,
     WORST_FIRST,
@@ -208,7 +208,7 @@ class ReportScan:
     def _scan_verdicts(self, verdicts: StreamedTable) -> None:
         """A slice of rows at a time: what is counted, by the column; what is per case, by each
         run of one case's rows (a case's verdicts follow one another)."""
-        shown_names = [name for name in PANEL_VERDICT_FIELDS if name not in PANEL_RUN_LINK_FIELDS]
+        shown_names = PANEL_VERDICT_SHOWN
         at_outcome, at_judged = shown_names.index("outcome"), PANEL_RUN_LINK_FIELDS.index("judged_by_run")
         rows = RowDigests(self, "verdicts")
         linked: dict[str | None, int] = {}
@@ -346,9 +346,10 @@ def failing_row(verdict: dict[str, Any]) -> dict[str, Any]:
 
 
 class HeldCases:
-    """The rows a batch of panels shows, read from the tables' row groups, as `case_panel`
-    asks for them (`VersionResults`' `case`, `recording`, `verdicts_of`), and their fault
-    replays by (case, criterion), the last row of each counting."""
+    """The rows a batch of panels shows (a verdict's runs aside: `ReportScan.run_ids`), read
+    from the tables' row groups, as `case_panel` asks for them (`VersionResults`' `case`,
+    `recording`, `verdicts_of`), and their fault replays by (case, criterion), the last row of
+    each counting."""
 
     def __init__(self, tables: ReportTables, scan: ReportScan, case_ids: Iterable[str]):
         self.version = tables.version
@@ -360,7 +361,7 @@ class HeldCases:
             (position for position in map(scan.run_position, recorded) if position is not None), PANEL_RUN_FIELDS, RUN_NESTED
         )
         self._verdicts = tables.verdicts.rows(
-            (position for case_id in case_ids for position in scan.verdict_positions(case_id)), PANEL_VERDICT_FIELDS, VERDICT_NESTED
+            (position for case_id in case_ids for position in scan.verdict_positions(case_id)), PANEL_VERDICT_SHOWN, VERDICT_NESTED
         )
         replays = tables.replays.rows(
             (position for case_id in case_ids for position in scan.replay_positions(case_id)), REPORT_REPLAY_FIELDS, FAULT_REPLAY_NESTED

@@ -38,6 +38,7 @@ from ..store.tables import GATE_NESTED, rows_from_frame
 from . import charts
 from .markup import (
     case_link,
+    case_links,
     escaped,
     outcome_span,
     run_link,
@@ -171,6 +172,7 @@ def environment(project_root: Path | None = None) -> Environment:
         rule_cells=rule_cells,
         outcome=outcome_span,
         case_link=case_link,
+        case_links=case_links,
         run_link=run_link,
         table_head=table_head,
     )
