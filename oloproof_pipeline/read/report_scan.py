@@ -226,12 +226,13 @@ class ReportScan:
             for at, outcome in enumerate(outcomes):
                 if outcome in FAILING:
                     self.failing.append(failing_row({name: values[at] for name, values in zip(shown_names, shown)}))
+            texts = list(map(repr, zip(*shown)))  # each row as its case's digest takes it
+            ranks = [RANK.get(outcome, UNRANKED) for outcome in outcomes]
             for first, end in case_runs(case_ids):
-                number = rows.add_rows(case_ids[first], zip(*(values[first:end] for values in shown)))
+                number = rows.add_text(case_ids[first], "".join(texts[first:end]))
                 if number is not None:
                     self._verdicts.add_run(number, start + first, end - first)
-                    worst = min(RANK.get(outcome, UNRANKED) for outcome in outcomes[first:end])
-                    self._worst[number] = min(self._worst[number], worst)
+                    self._worst[number] = min(self._worst[number], min(ranks[first:end]))
         rows.close()
         self._linked = list(linked)
 
@@ -302,17 +303,18 @@ class RowDigests:
         self.hashed: Any = None
 
     def add(self, case_id: str, row: tuple[Any, ...]) -> int | None:
-        return self.add_rows(case_id, (row,))
+        return self.add_text(case_id, repr(row))
 
-    def add_rows(self, case_id: str, rows: Iterable[tuple[Any, ...]]) -> int | None:
-        """Rows of one case, in order (digested as if one at a time: however they are split)."""
+    def add_text(self, case_id: str, text: str) -> int | None:
+        """Rows of one case, in order, as the `repr` of each joined (digested as if one at a
+        time: however they are split)."""
         number = self.scan.number.get(case_id)
         if number is None:  # a row of no case the report shows
             return None
         if number != self.number:
             self.close()
             self.number, self.hashed = number, hashlib.sha256(self.scan._digest(number, self.table) or b"")
-        self.hashed.update("".join(map(repr, rows)).encode("utf-8"))
+        self.hashed.update(text.encode("utf-8"))
         return number
 
     def close(self) -> None:
