@@ -22,8 +22,9 @@ import oloproof_pipeline.read as read
 from oloproof_pipeline.decide.paired import paired_difference_interval
 from oloproof_pipeline.model.trajectory import first_difference
 from oloproof_pipeline.project import load_project
-from oloproof_pipeline.read import markup, panels, report_view
+from oloproof_pipeline.read import panels, report_view
 from oloproof_pipeline.read.compare import comparison_markdown, comparison_table, compare_criterion
+from oloproof_pipeline.read.panel_html import PanelHtml
 from oloproof_pipeline.read.panels import PanelStore
 from oloproof_pipeline.read.report_scan import ReportTables
 from oloproof_pipeline.read.reports import environment, report_path, write_html_report
@@ -209,9 +210,10 @@ def test_a_run_with_one_case_added_renders_that_cases_panels_only(evaluated_desk
 
 
 def test_a_report_written_again_reads_only_the_rows_of_the_panels_it_renders(evaluated_desk):
-    """The report streams its tables once for what it needs of every case; a case's rows (its
-    case, recording, verdicts) are read again only for the panels rendered now: none when every
-    panel is kept, one case's and its source's recording when one copy's panel is not."""
+    """The report streams its tables once for what it needs of every case (the runs each
+    verdict links to included); a case's rows (its case, recording, verdicts) are read again
+    only for the panels rendered now: none when every panel is kept, one case's and its
+    source's recording when one copy's panel is not."""
     project, version = load_project(evaluated_desk), "1.0.0"
     gate = read_table(evaluated_desk, "gate", version)
 
@@ -224,15 +226,15 @@ def test_a_report_written_again_reads_only_the_rows_of_the_panels_it_renders(eva
     written()  # every panel kept by this code
     tables, store = written()
     assert (store.rendered, store.reused) == (0, 72)
-    assert (tables.cases.rows_read, tables.runs.rows_read, tables.replays.rows_read) == (0, 0, 0)
-    assert tables.verdicts.rows_read == len(read_table(evaluated_desk, "verdicts", version))  # the run links alone
+    assert (tables.cases.rows_read, tables.runs.rows_read, tables.replays.rows_read, tables.verdicts.rows_read) == (0, 0, 0, 0)
 
     with closing(sqlite3.connect(report_panels_path(evaluated_desk, version))) as connection, connection:
         connection.execute("DELETE FROM panels WHERE case_id = 'ord-001~paraphrase'")
     tables, store = written()
     assert (store.rendered, store.reused) == (1, 71)
     assert (tables.cases.rows_read, tables.runs.rows_read) == (1, 2)  # the copy, its recording and its source's
-    assert tables.verdicts.rows_read == len(read_table(evaluated_desk, "verdicts", version))  # each verdict read once
+    verdicts = read_table(evaluated_desk, "verdicts", version)
+    assert tables.verdicts.rows_read == (verdicts["case_id"] == "ord-001~paraphrase").sum() > 0  # the copy's alone
 
 
 def panel_html(report: Path) -> dict[str, str]:
@@ -280,7 +282,8 @@ def test_kept_panels_are_dropped_when_the_report_code_or_the_store_changes(evalu
 
 def test_hostile_text_a_system_recorded_shows_as_text_in_its_panel(evaluated_desk):
     """What a system answered, the error it raised and the tools it named are shown, never run:
-    a recording with markup in them renders it escaped, wherever the panel shows it."""
+    a recording with markup in them renders it escaped, wherever the panel shows it; and what
+    a panel marks its places with (a run link's `%s`, the NUL where each value goes) is text."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -290,7 +293,7 @@ def test_hostile_text_a_system_recorded_shows_as_text_in_its_panel(evaluated_des
     recording = next(row for row in rows if row["case_id"] == "ord-001")
     assert '"tool":"lookup_order"' in recording["trajectory"]
     recording["output"] = json.dumps({"answer": "</pre><script>alert('answer')</script>"})
-    recording["error"] = "<img src=x onerror=alert('error')> <run-link 0>"  # nor a kept panel's run link hole
+    recording["error"] = "<img src=x onerror=alert('error')> <run-link 0> %s 100% \x00."  # nor a kept panel's marks
     recording["trajectory"] = recording["trajectory"].replace('"tool":"lookup_order"', '"tool":"<b>lookup_order</b>"')
     pq.write_table(pa.Table.from_pylist(rows, schema=runs.schema), stored)
 
@@ -299,7 +302,8 @@ def test_hostile_text_a_system_recorded_shows_as_text_in_its_panel(evaluated_des
     parser.feed(html)
     panel = parser.sections["case-ord-001"]
     assert '{"answer": "</pre><script>alert(\'answer\')</script>"}' in panel
-    assert "Error: <img src=x onerror=alert('error')> <run-link 0>" in panel and "<b>lookup_order</b>" in panel
+    assert "Error: <img src=x onerror=alert('error')> <run-link 0> %s 100% " in panel and "<b>lookup_order</b>" in panel
+    assert "<p>Error: &lt;img src=x onerror=alert(&#x27;error&#x27;)&gt; &lt;run-link 0&gt; %s 100% \x00.</p>" in html
     assert "<script>alert" not in html and "<img src=x" not in html and "<b>lookup_order" not in html
 
 
@@ -455,8 +459,11 @@ def test_report_pieces_escape_as_html_escape_does():
     pieces = environment().filters
     assert str(pieces["case_link"]("a<b>\"c'&")) == '<a href="#case-a&lt;b&gt;&quot;c&#x27;&amp;">a&lt;b&gt;&quot;c&#x27;&amp;</a>'
     assert str(pieces["outcome"](None)) == '<span class=""></span>'  # None prints as nothing
-    cells = str(markup.call_cells({"tool": "<t>", "arguments": {"note": "it's \"x\""}, "result": None}))
-    assert cells == "<td>&lt;t&gt;</td><td>{&quot;note&quot;: &quot;it&#x27;s \\&quot;x\\&quot;&quot;}</td><td>null</td>"
+    panel = PanelHtml()
+    panel.call_cells({"tool": "<t>", "arguments": {"note": "it's \"x\""}, "result": None})
+    panel.call_cells(None)
+    cells = panel.finished()
+    assert cells == "<td>&lt;t&gt;</td><td>{&quot;note&quot;: &quot;it&#x27;s \\&quot;x\\&quot;&quot;}</td><td>null</td><td>-</td><td>-</td><td>-</td>"
     assert str(pieces["run_link"]("0a1b2c3d-4e5f", None)) == '<code title="0a1b2c3d-4e5f">0a1b2c3d</code>'
     linked = str(pieces["run_link"]("0a1b-<x>", "http://h:3000"))
     assert linked == '<a href="http://h:3000/runs/0a1b-&lt;x&gt;"><code title="0a1b-&lt;x&gt;">0a1b</code></a>'

@@ -1,19 +1,17 @@
 """The report's small pieces of HTML, each escaped as `{{ value }}` is: the escaping every value
 goes through (`escaped`), and the pieces every table row repeats (an outcome, a case link, a
-run link or its hole, a tool call's cells, a table's head). The Jinja2 templates use them as
-filters and the case panels (`panel_html`) call them directly."""
+run link, a table's head). The Jinja2 templates use them as filters; the case
+panels (`panel_html`) write the same markup with their values escaped all at once."""
 
 from __future__ import annotations
 
 import html
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
 from markupsafe import Markup
 
-from .report_view import PANEL_RUN_LINK_FIELDS, CasePanel
-from .wording import json_text, short_run_id
+from .wording import short_run_id
 
 # Text at most this long is kept escaped: the values every row repeats (run ids, criteria,
 # outcomes) are short, and a large suite's inputs and answers would fill the cache for nothing.
@@ -60,24 +58,19 @@ def case_link(case_id: str) -> Markup:
     return Markup(f'<a href="#case-{text}">{text}</a>')
 
 
-# Where a kept panel links to a run (see `RunLinkHole`): no text a recording holds can spell
-# it, since every `<` in one is escaped.
-RUN_LINK_HOLE = "<run-link "
+def case_links(case_ids: list[str]) -> Markup:
+    """The cases' links, a space between: the page's head lists every failing case."""
+    return Markup(" ".join([case_link(case_id) for case_id in case_ids]))
 
 
-@dataclass(frozen=True)
-class RunLinkHole:
-    """A run link left out of a panel as it is rendered (the `index`th of the runs its verdict
-    rows link to), so the panel is kept by what it shows of its case and fits any run that
-    recorded and judged it alike; `with_run_links` fills it as the report is written."""
-
-    index: int
+# Where a kept panel links to a run: the panel is a %-format (`%s` each link, every other `%`
+# doubled) of the runs its verdict rows link to, so it is kept by what it shows of its case and
+# fits any run that recorded and judged it alike; `with_run_links` fills it as it is written.
+RUN_LINK_HOLE = "%s"
 
 
-def run_link(run_id: str | RunLinkHole | None, dagster_url: str | None) -> Markup:
+def run_link(run_id: str | None, dagster_url: str | None) -> Markup:
     """A short run id, linked to the run's page when a Dagster webserver URL is configured."""
-    if isinstance(run_id, RunLinkHole):
-        return _hole_markup(run_id.index)
     return _run_link(run_id, dagster_url)
 
 
@@ -89,45 +82,15 @@ def _run_link(run_id: str | None, dagster_url: str | None) -> Markup:
     return Markup(f'<a href="{escaped(dagster_url)}/runs/{escaped(run_id)}">{short}</a>' if dagster_url else short)
 
 
-@lru_cache(maxsize=None)
-def run_link_hole(index: int) -> RunLinkHole:
-    return RunLinkHole(index)
+def with_run_links(section: str, run_ids: tuple[str | None, ...], dagster_url: str | None) -> Markup:
+    """A kept panel (a %-format, see `RUN_LINK_HOLE`) with its run links, in order, filled in."""
+    return Markup(section % _run_links(run_ids, dagster_url))
 
 
-@lru_cache(maxsize=None)
-def _hole_markup(index: int) -> Markup:
-    return Markup(f"{RUN_LINK_HOLE}{index}>")
-
-
-def take_out_run_links(panel: CasePanel) -> list[str | None]:
-    """The runs the panel's verdict rows link to, in order, each replaced by its hole in the
-    panel's own verdict rows (the panel is built for this one render)."""
-    run_ids: list[str | None] = []
-    for verdict in panel.verdicts:
-        for name in PANEL_RUN_LINK_FIELDS:
-            run_ids.append(verdict[name])
-            verdict[name] = run_link_hole(len(run_ids) - 1)
-    return run_ids
-
-
-def with_run_links(section: str, run_ids: list[str | None], dagster_url: str | None) -> Markup:
-    """A panel with each run link hole filled: the run ids in the order its holes number them."""
-    head, *holes = section.split(RUN_LINK_HOLE)
-    parts = [head]
-    for hole in holes:
-        index, rest = hole.split(">", 1)
-        parts += (_run_link(run_ids[int(index)], dagster_url), rest)
-    return Markup("".join(parts))
-
-
-def call_cells(call: dict[str, Any] | None) -> Markup:
-    """A tool call as three cells: tool, arguments, result."""
-    if call is None:
-        return Markup("<td>-</td><td>-</td><td>-</td>")
-    return Markup(
-        f"<td>{escaped(call.get('tool'))}</td><td>{escaped(json_text(call.get('arguments')))}</td>"
-        f"<td>{escaped(json_text(call.get('result')))}</td>"
-    )
+@lru_cache(maxsize=1024)
+def _run_links(run_ids: tuple[str | None, ...], dagster_url: str | None) -> tuple[Markup, ...]:
+    """A panel's run links: most panels of a report link to the same few runs in the same order."""
+    return tuple([_run_link(run_id, dagster_url) for run_id in run_ids])
 
 
 def table_head(headers: list[str]) -> Markup:

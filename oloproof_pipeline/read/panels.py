@@ -5,7 +5,7 @@ copies the rest: a run with one case added renders that case's panels, not the s
 A panel is a pure function of its case's stored values (the case, its recording, its verdicts,
 its fault replays, a copy's source recording), the runs its verdict rows link to, and the
 report's code (`read/`, `decide/`, `model/`, templates included) with the Jinja2 release. It is
-kept with its run links left as holes (`reports.RunLinkHole`), filled in as the report is
+kept with its run links left as holes (`markup.RUN_LINK_HOLE`), filled in as the report is
 written, so its key is a digest of all the rest, taken from the stored text without decoding
 anything: a kept panel is always one the current code would render, and a new version whose
 case was recorded and judged as before (the agent developer's loop: bump the version, run

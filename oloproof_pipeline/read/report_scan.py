@@ -1,14 +1,15 @@
 """The report's tables, and one pass over each a row group at a time (`streamed.StreamedTable`)
 that keeps per case only what the page needs of every case: where its rows are, digests of
 the stored values its panel shows (its panel's key) and its worst outcome; and for the page's
-head only counts and the failing verdicts it lists. A panel's rows are read again
-(`HeldCases`) only for the panels rendered now, and the runs a kept panel links to, a batch
-at a time."""
+head only counts, the failing verdicts it lists and the runs each verdict links to (as
+numbers). A panel's rows are read again (`HeldCases`) only for the panels rendered now, a
+batch at a time."""
 
 from __future__ import annotations
 
 import hashlib
 import sys
+from array import array
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +26,7 @@ from .report_view import (
     PANEL_CASE_FIELDS,
     PANEL_RUN_FIELDS,
     PANEL_RUN_LINK_FIELDS,
-    PANEL_VERDICT_FIELDS,
+    PANEL_VERDICT_SHOWN,
     REPORT_REPLAY_FIELDS,
     REPORT_VALIDITY_FIELDS,
     WORST_FIRST,
@@ -143,6 +144,11 @@ class ReportScan:
         self.recorded_by: dict[str, int] = {}  # run -> rows it made, in order of appearance
         self.replayed_by: dict[str, int] = {}
         self.judged_by: dict[str, int] = {}
+        # The runs each verdict row links to (`PANEL_RUN_LINK_FIELDS`), by row position (the
+        # pass reads every row in order): the number of each in `_linked`, four bytes a link,
+        # so a kept panel's links are not read again.
+        self._links = [array("i") for _ in PANEL_RUN_LINK_FIELDS]
+        self._linked: list[str | None] = []
 
     @classmethod
     def of(cls, tables: ReportTables) -> "ReportScan":
@@ -202,9 +208,10 @@ class ReportScan:
     def _scan_verdicts(self, verdicts: StreamedTable) -> None:
         """A slice of rows at a time: what is counted, by the column; what is per case, by each
         run of one case's rows (a case's verdicts follow one another)."""
-        shown_names = [name for name in PANEL_VERDICT_FIELDS if name not in PANEL_RUN_LINK_FIELDS]
+        shown_names = PANEL_VERDICT_SHOWN
         at_outcome, at_judged = shown_names.index("outcome"), PANEL_RUN_LINK_FIELDS.index("judged_by_run")
         rows = RowDigests(self, "verdicts")
+        linked: dict[str | None, int] = {}
         for start, columns in verdicts.column_groups([*shown_names, *PANEL_RUN_LINK_FIELDS]):
             shown, links = columns[: len(shown_names)], columns[len(shown_names) :]
             case_ids, outcomes = shown[0], shown[at_outcome]
@@ -212,16 +219,22 @@ class ReportScan:
             for run_id, count in Counter(links[at_judged]).items():
                 if run_id:
                     self.judged_by[run_id] = self.judged_by.get(run_id, 0) + count
+            for numbers, run_ids in zip(self._links, links):
+                for run_id in dict.fromkeys(run_ids).keys() - linked.keys():
+                    linked[run_id] = len(linked)
+                numbers.extend(map(linked.__getitem__, run_ids))
             for at, outcome in enumerate(outcomes):
                 if outcome in FAILING:
                     self.failing.append(failing_row({name: values[at] for name, values in zip(shown_names, shown)}))
+            texts = list(map(repr, zip(*shown)))  # each row as its case's digest takes it
+            ranks = [RANK.get(outcome, UNRANKED) for outcome in outcomes]
             for first, end in case_runs(case_ids):
-                number = rows.add_rows(case_ids[first], zip(*(values[first:end] for values in shown)))
+                number = rows.add_text(case_ids[first], "".join(texts[first:end]))
                 if number is not None:
                     self._verdicts.add_run(number, start + first, end - first)
-                    worst = min(RANK.get(outcome, UNRANKED) for outcome in outcomes[first:end])
-                    self._worst[number] = min(self._worst[number], worst)
+                    self._worst[number] = min(self._worst[number], min(ranks[first:end]))
         rows.close()
+        self._linked = list(linked)
 
     def _scan_replays(self, replays: StreamedTable) -> None:
         shown_names = [name for name in REPORT_REPLAY_FIELDS if name != "replayed_by_run"]
@@ -273,16 +286,10 @@ class ReportScan:
         )
         return panel_key(*(None if digest is None else digest.hex() for digest in shown))
 
-    def run_ids(self, tables: ReportTables, case_ids: list[str]) -> dict[str, list[str | None]]:
-        """The runs each case's panel links to, each verdict's `PANEL_RUN_LINK_FIELDS` in turn:
-        read again for a batch (not held per case)."""
-        rows = tables.verdicts.rows(
-            (position for case_id in case_ids for position in self.verdict_positions(case_id)), PANEL_RUN_LINK_FIELDS
-        )
-        return {
-            case_id: [rows[position][name] for position in self.verdict_positions(case_id) for name in PANEL_RUN_LINK_FIELDS]
-            for case_id in case_ids
-        }
+    def run_ids(self, case_id: str) -> tuple[str | None, ...]:
+        """The runs the case's panel links to, each verdict's `PANEL_RUN_LINK_FIELDS` in turn."""
+        linked = self._linked
+        return tuple([linked[numbers[position]] for position in self.verdict_positions(case_id) for numbers in self._links])
 
 
 class RowDigests:
@@ -296,17 +303,18 @@ class RowDigests:
         self.hashed: Any = None
 
     def add(self, case_id: str, row: tuple[Any, ...]) -> int | None:
-        return self.add_rows(case_id, (row,))
+        return self.add_text(case_id, repr(row))
 
-    def add_rows(self, case_id: str, rows: Iterable[tuple[Any, ...]]) -> int | None:
-        """Rows of one case, in order (digested as if one at a time: however they are split)."""
+    def add_text(self, case_id: str, text: str) -> int | None:
+        """Rows of one case, in order, as the `repr` of each joined (digested as if one at a
+        time: however they are split)."""
         number = self.scan.number.get(case_id)
         if number is None:  # a row of no case the report shows
             return None
         if number != self.number:
             self.close()
             self.number, self.hashed = number, hashlib.sha256(self.scan._digest(number, self.table) or b"")
-        self.hashed.update("".join(map(repr, rows)).encode("utf-8"))
+        self.hashed.update(text.encode("utf-8"))
         return number
 
     def close(self) -> None:
@@ -340,9 +348,10 @@ def failing_row(verdict: dict[str, Any]) -> dict[str, Any]:
 
 
 class HeldCases:
-    """The rows a batch of panels shows, read from the tables' row groups, as `case_panel`
-    asks for them (`VersionResults`' `case`, `recording`, `verdicts_of`), and their fault
-    replays by (case, criterion), the last row of each counting."""
+    """The rows a batch of panels shows (a verdict's runs aside: `ReportScan.run_ids`), read
+    from the tables' row groups, as `case_panel` asks for them (`VersionResults`' `case`,
+    `recording`, `verdicts_of`), and their fault replays by (case, criterion), the last row of
+    each counting."""
 
     def __init__(self, tables: ReportTables, scan: ReportScan, case_ids: Iterable[str]):
         self.version = tables.version
@@ -354,7 +363,7 @@ class HeldCases:
             (position for position in map(scan.run_position, recorded) if position is not None), PANEL_RUN_FIELDS, RUN_NESTED
         )
         self._verdicts = tables.verdicts.rows(
-            (position for case_id in case_ids for position in scan.verdict_positions(case_id)), PANEL_VERDICT_FIELDS, VERDICT_NESTED
+            (position for case_id in case_ids for position in scan.verdict_positions(case_id)), PANEL_VERDICT_SHOWN, VERDICT_NESTED
         )
         replays = tables.replays.rows(
             (position for case_id in case_ids for position in scan.replay_positions(case_id)), REPORT_REPLAY_FIELDS, FAULT_REPLAY_NESTED

@@ -182,6 +182,8 @@ PANEL_VERDICT_FIELDS = ("case_id", "criterion", "outcome", "reason", "details", 
 # The runs each verdict row links to: the only thing a panel shows that names the run rather
 # than the case, so a panel is kept without them and they are filled in as it is written.
 PANEL_RUN_LINK_FIELDS = ("recorded_by_run", "replayed_by_run", "judged_by_run")
+# What a kept panel shows of its verdicts: all but the runs.
+PANEL_VERDICT_SHOWN = tuple(name for name in PANEL_VERDICT_FIELDS if name not in PANEL_RUN_LINK_FIELDS)
 # What the whole report reads of the recordings: the panels' fields, and which run made each.
 REPORT_RUN_FIELDS = ("case_id", *PANEL_RUN_FIELDS, "recorded_by_run")
 

@@ -29,6 +29,7 @@ from markupsafe import Markup
 from ..decide.formatting import format_interval, format_rate
 from ..decide.trials import CriterionTrials, project_trial_summaries
 from ..decide.validity import transform_validity
+from ..model.collector import collection_paused
 from ..model.config import Project
 from ..model.fingerprints import frame_digest, producer_code_version
 from ..project import load_project
@@ -37,11 +38,11 @@ from ..store.tables import GATE_NESTED, rows_from_frame
 from . import charts
 from .markup import (
     case_link,
+    case_links,
     escaped,
     outcome_span,
     run_link,
     table_head,
-    take_out_run_links,
     with_run_links,
 )
 from .panel_html import case_section
@@ -171,6 +172,7 @@ def environment(project_root: Path | None = None) -> Environment:
         rule_cells=rule_cells,
         outcome=outcome_span,
         case_link=case_link,
+        case_links=case_links,
         run_link=run_link,
         table_head=table_head,
     )
@@ -220,26 +222,35 @@ def panel_sections(
 ) -> Iterator[Markup]:
     """Each case's section, in order: the one kept under its key, else rendered (and kept),
     its run links filled in. Looked up a batch of cases at a time, and only the rows of the
-    batch's panels rendered now are read (`HeldCases`), so only a batch of panels is ever held."""
+    batch's panels rendered now are read (`HeldCases`), so only a batch of panels is ever held.
+    A batch is made with the garbage collector held off: its rows decoded and its panels
+    built are thousands of dicts and lists, no cycle among them, freed with the batch."""
     for start in range(0, len(case_ids), PANELS_AT_ONCE):
-        batch = case_ids[start : start + PANELS_AT_ONCE]
-        batch_keys = [scan.panel_key(case_id) for case_id in batch] if panels is not None else [None] * len(batch)
-        kept = panels.kept(batch_keys) if panels is not None else {}
-        left = [case_id for case_id, key in zip(batch, batch_keys) if key not in kept]
-        held = HeldCases(tables, scan, left) if left else None
-        run_ids = scan.run_ids(tables, [case_id for case_id, key in zip(batch, batch_keys) if key in kept]) if kept else {}
-        for case_id, key in zip(batch, batch_keys):
-            if key in kept:
-                yield with_run_links(kept[key], run_ids[case_id], dagster_url)
-                continue
+        with collection_paused():
+            sections = batch_sections(tables, scan, case_ids[start : start + PANELS_AT_ONCE], dagster_url, panels)
+        yield from sections
+
+
+def batch_sections(
+    tables: ReportTables, scan: ReportScan, batch: list[str], dagster_url: str | None, panels: PanelStore | None,
+) -> list[Markup]:
+    keys = [scan.panel_key(case_id) for case_id in batch] if panels is not None else [None] * len(batch)
+    kept = panels.kept(keys) if panels is not None else {}
+    left = [case_id for case_id, key in zip(batch, keys) if key not in kept]
+    held = HeldCases(tables, scan, left) if left else None
+    sections = []
+    for case_id, key in zip(batch, keys):
+        if key in kept:
+            section = kept[key]
+        else:
             panel = case_panel(held, case_id, held.replays)
             if panel is None:
                 continue
-            links = take_out_run_links(panel)
             section = case_section(panel)  # its run links are holes, filled below
             if panels is not None:
                 panels.put(key, case_id, section)
-            yield with_run_links(section, links, dagster_url)
+        sections.append(with_run_links(section, scan.run_ids(case_id), dagster_url))
+    return sections
 
 
 def report_path(project_root: Path, version: str, base: str | None = None) -> Path:
