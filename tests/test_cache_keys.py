@@ -90,7 +90,7 @@ def test_the_same_pipeline_installed_elsewhere_keys_the_verdicts_alike(refund_de
         environment_here = environment(pipeline) if pipeline else {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
         done = subprocess.run(
             [sys.executable, "-c", "import json; import oloproof_pipeline as package; "
-             "from oloproof_pipeline.evaluators.judging import evaluator_digests; from oloproof_pipeline.project import load_project; "
+             "from oloproof_pipeline.evaluators.verdict_keys import evaluator_digests; from oloproof_pipeline.project import load_project; "
              "print(json.dumps([package.__file__, evaluator_digests(load_project('.'))]))"],
             cwd=refund_desk, env=environment_here, capture_output=True, text=True, check=True,
         )

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from oloproof_pipeline.evaluators.judging import evaluator_digests
+from oloproof_pipeline.evaluators.verdict_keys import evaluator_digests
 from oloproof_pipeline.model.records import RecordedRun
 from oloproof_pipeline.project import load_project
 

@@ -3,8 +3,9 @@ replaying and judging decode the few rows whose work is left, never a whole tabl
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
+import pyarrow as pa
 from pydantic import BaseModel
 
 from ..model.cases import CaseRecord
@@ -12,7 +13,7 @@ from ..model.collector import collection_paused
 from ..model.faults import FaultReplay
 from ..model.records import RecordedRun
 from .stored import StoredTable
-from .tables import CASE_NESTED, CASES_SCHEMA, FAULT_REPLAY_NESTED, RUN_NESTED
+from .tables import CASE_NESTED, CASES_SCHEMA, FAULT_REPLAY_NESTED, RUN_NESTED, from_json_text
 
 # Cases turned into models at a time, as the sandboxes take them.
 MODELS_AT_ONCE = 500
@@ -53,3 +54,18 @@ def case_stream(cases: StoredTable, positions: list[int]) -> Iterator[CaseRecord
             rows = cases.rows(positions[start : start + MODELS_AT_ONCE], CASES_SCHEMA.names, CASE_NESTED)
             models = [CaseRecord.model_validate(row) for row in rows]
         yield from models
+
+
+def models_in(rows: pa.Table, positions: Iterable[int], model: type[BaseModel], nested: Iterable[str]) -> dict[int, Any]:
+    """Position -> the model at that row of `rows` (a row group as read: its text taken and
+    turned into Python strings only at the positions asked for, never a frame of the group)."""
+    unique = sorted({int(position) for position in positions})
+    if not unique:
+        return {}
+    taken = rows.take(pa.array(unique, pa.int64()))
+    names = [name for name in model.model_fields if name in taken.column_names]
+    parsed = set(nested)
+    columns = [taken.column(name).to_pylist() for name in names]
+    values = [[from_json_text(text) for text in column] if name in parsed else column for name, column in zip(names, columns)]
+    with collection_paused():
+        return {position: model.model_validate(dict(zip(names, row))) for position, row in zip(unique, zip(*values))}

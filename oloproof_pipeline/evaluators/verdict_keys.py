@@ -1,0 +1,226 @@
+"""What each verdict is keyed by, and which stored verdicts still hold their key.
+
+A verdict row carries its cache key (`inputs_key`): the digest of its evaluator (configuration
+and code), its case's recording, a copy's source recording, and the replay it judged. A stored
+verdict whose key still holds is reused as it is (with the run that judged it); for every
+other, `why_judged` says why it is judged again.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..model.config import Project
+from ..model.fingerprints import ROW_KEY_CHARACTERS, RowKeyPrefix, evaluator_digest, row_key, row_key_tail
+from ..store.stored import StoredTable
+from ..store.tables import null_to_none
+from .base import Evaluator
+
+JUDGED, REJUDGED = "judged", "re-judged"
+
+
+def evaluator_code_files(evaluator: Evaluator, project_root: Path) -> list[Path]:
+    """The evaluator's module, the evaluator modules it uses, and a python grader's module."""
+    module = sys.modules[type(evaluator).__module__]
+    package = module.__name__.rpartition(".")[0]
+    used = {module.__name__}
+    for value in vars(module).values():
+        name = value.__name__ if inspect.ismodule(value) else getattr(value, "__module__", None)
+        if isinstance(name, str) and name.startswith(package + "."):
+            used.add(name)
+    files = [Path(inspect.getfile(sys.modules[name])) for name in sorted(used) if name in sys.modules]
+    return files + evaluator.project_code_files(project_root)
+
+
+def evaluator_digests(project: Project) -> list[str]:
+    """Per evaluator (in `evaluators:` order), the digest its verdicts are keyed by."""
+    return [
+        evaluator_digest(evaluator.config.model_dump(mode="json"), evaluator_code_files(evaluator, project.root), project.root)
+        for evaluator in project.evaluators
+    ]
+
+
+def recording_keys(runs: StoredTable, version: str) -> dict[str, str]:
+    """case id -> the key of its recording (computed for tables written without one)."""
+    keys = runs.columns("case_id", "recording_key", "case_digest", "code_fingerprint", "recorded_by_run", "status")
+    return {
+        case_id: key or row_key("recording", digest, version, fingerprint, run, status)
+        for case_id, key, digest, fingerprint, run, status in zip(*(null_to_none(keys[name]) for name in keys.columns))
+    }
+
+
+def replay_keys(replays: StoredTable) -> dict[tuple[str, str], str]:
+    """(case id, criterion) -> the key of the replay a fault verdict judges."""
+    if not replays.exists or not len(replays):
+        return {}
+    keys = replays.columns("case_id", "criterion", "case_digest", "plan_digest", "recorded_by_run", "replayed_by_run")
+    return {
+        (case_id, criterion): row_key("replay", digest, plan, recorded, replayed)
+        for case_id, criterion, digest, plan, recorded, replayed in zip(*(null_to_none(keys[name]) for name in keys.columns))
+    }
+
+
+@dataclass
+class WantedVerdicts:
+    """One entry per case and criterion, in case then evaluator order (entry = case position
+    times the number of evaluators plus the evaluator's): the cache key of the verdict it
+    should hold, as columns (arrays), for tables of any size."""
+
+    case_ids: np.ndarray
+    criteria: np.ndarray
+    evaluator_digests: np.ndarray
+    recording_keys: np.ndarray
+    # Each a `row_key` (32 characters), one after another in one buffer: no Python string each.
+    inputs_keys: pa.StringArray
+    evaluators: int
+
+    def __len__(self) -> int:
+        return len(self.inputs_keys)
+
+
+def verdict_keys(project: Project, cases: pd.DataFrame, runs: StoredTable, replays: StoredTable, version: str) -> WantedVerdicts:
+    """The cache key each verdict should hold: its evaluator's digest, its case's recording, a
+    copy's source recording and the replay it judges, joined into one `inputs_key`."""
+    recordings = recording_keys(runs, version)
+    replayed = replay_keys(replays)
+    case_ids = null_to_none(cases["case_id"])
+    own = [recordings.get(case_id) for case_id in case_ids]
+    source = [recordings.get(source_id) if source_id else None for source_id in null_to_none(cases["source_id"])]
+    criteria = [evaluator.criterion for evaluator in project.evaluators]
+    digests = evaluator_digests(project)
+    # row_key("verdict", digest, recording, source_recording, replay): the evaluator's part
+    # hashed once, the case's recordings joined once, per verdict only the rest.
+    prefixes = [RowKeyPrefix("verdict", digest) for digest in digests]
+    no_replay = row_key_tail(None)
+    inputs = bytearray()
+    for case_id, recording, source_recording in zip(case_ids, own, source):
+        recordings_tail = row_key_tail(recording, source_recording)
+        for criterion, prefix in zip(criteria, prefixes):
+            replay = replayed.get((case_id, criterion))
+            inputs += prefix.key(recordings_tail, no_replay if replay is None else row_key_tail(replay)).encode()
+    count = len(criteria)
+    return WantedVerdicts(
+        case_ids=np.repeat(np.array(case_ids, dtype=object), count),
+        criteria=np.tile(np.array(criteria, dtype=object), len(case_ids)),
+        evaluator_digests=np.tile(np.array(digests, dtype=object), len(case_ids)),
+        recording_keys=np.repeat(np.array(own, dtype=object), count),
+        inputs_keys=fixed_width_text(inputs, ROW_KEY_CHARACTERS),
+        evaluators=count,
+    )
+
+
+def fixed_width_text(text: bytearray, width: int) -> pa.StringArray:
+    """ASCII values of one width, written one after another, as an Arrow text column (no copy)."""
+    count = len(text) // width
+    offsets = np.arange(0, (count + 1) * width, width, dtype=np.int32)
+    return pa.Array.from_buffers(pa.string(), count, [None, pa.py_buffer(offsets), pa.py_buffer(text)])
+
+
+def stored_positions(wanted: WantedVerdicts, stored: StoredTable) -> np.ndarray:
+    """Per wanted entry, the row of the stored verdicts for the same case and criterion (-1:
+    none). A table that lines up with the wanted entries (a rerun with the same cases and
+    evaluators) is matched by position, without building an index of it; any other is
+    matched in Arrow, each stored row's case and criterion turned into the entry they name."""
+    if not stored.exists or not len(stored):
+        return np.full(len(wanted), -1)
+    previous = stored.columns("case_id", "criterion")
+    stored_cases, stored_criteria = (pa.array(previous[name], pa.string()) for name in ("case_id", "criterion"))
+    wanted_cases = wanted.case_ids[:: max(wanted.evaluators, 1)]
+    criteria = wanted.criteria[: wanted.evaluators]
+    if len(previous) == len(wanted) and pc.all(pc.equal(stored_cases, pa.array(wanted.case_ids, pa.string()))).as_py() and pc.all(
+        pc.equal(stored_criteria, pa.array(wanted.criteria, pa.string()))
+    ).as_py():
+        return np.arange(len(wanted))
+    if len(set(wanted_cases.tolist())) < len(wanted_cases) or len(set(criteria.tolist())) < len(criteria):
+        return _positions_by_key(wanted, previous)  # the same key twice: each entry finds the last stored row
+    case_at = pc.index_in(stored_cases, value_set=pa.array(wanted_cases, pa.string())).fill_null(-1).to_numpy()
+    criterion_at = pc.index_in(stored_criteria, value_set=pa.array(criteria, pa.string())).fill_null(-1).to_numpy()
+    named = np.flatnonzero((case_at >= 0) & (criterion_at >= 0))
+    positions = np.full(len(wanted), -1, dtype=np.int64)
+    # A stored table with a key twice (it should have none) keeps its last row, as an index would.
+    positions[case_at[named] * wanted.evaluators + criterion_at[named]] = named
+    return positions
+
+
+def _positions_by_key(wanted: WantedVerdicts, previous: pd.DataFrame) -> np.ndarray:
+    at = {key: position for position, key in enumerate(zip(null_to_none(previous["case_id"]), null_to_none(previous["criterion"])))}
+    return np.array([at.get(key, -1) for key in zip(wanted.case_ids.tolist(), wanted.criteria.tolist())], dtype=np.int64)
+
+
+@dataclass
+class VerdictSummary:
+    """Verdicts judged now and reused, per criterion, and why any was judged."""
+
+    judged: int = 0
+    reused: int = 0
+    judged_by_criterion: Counter = field(default_factory=Counter)
+    why: Counter = field(default_factory=Counter)
+    # What model judges spent in this judging (calls, tokens, dollars): apart from the system's.
+    judge_spent: Counter = field(default_factory=Counter)
+    has_model_judges: bool = False
+
+    def as_metadata(self, *trials: "VerdictSummary") -> dict[str, int | float]:
+        """The counts; with model judges, what they spent here and in the later `trials`."""
+        judges = {}
+        if self.has_model_judges:
+            spent = sum((summary.judge_spent for summary in trials), Counter(self.judge_spent))
+            judges = {name: spent.get(name, 0) for name in ("judge_calls", "judge_prompt_tokens", "judge_completion_tokens")}
+            judges["judge_cost_usd"] = round(float(spent.get("judge_cost_usd", 0.0)), 6)
+        return {"verdicts_judged": self.judged, "verdicts_reused": self.reused, **judges}
+
+    def reasons(self) -> list[str]:
+        """`216 verdicts for state_correct re-judged: evaluator changed`, most frequent first."""
+        return [
+            f"{count} verdict{'' if count == 1 else 's'} for {criterion} {done}: {reason}"
+            for (criterion, done, reason), count in self.why.most_common()
+        ]
+
+
+def why_judged(wanted: WantedVerdicts, entries: np.ndarray, positions: np.ndarray, stored: StoredTable, summary: VerdictSummary) -> None:
+    """Per verdict judged now, why no stored verdict could be reused (the stored keys read only
+    at the rows of those judged again)."""
+    known_criteria = set(stored.columns("criterion")["criterion"].unique().tolist()) if stored.exists else set()
+    stored_at = positions[entries]
+    again = stored_at[stored_at >= 0]
+    keys = stored.columns("evaluator_digest", "recording_key", "inputs_key").iloc[again] if len(again) else None
+    stored_keys = zip(*(null_to_none(keys[name]) for name in keys.columns)) if keys is not None else iter(())
+    for entry, position in zip(entries.tolist(), stored_at.tolist()):
+        criterion = wanted.criteria[entry]
+        if position < 0:
+            reason = "new case" if criterion in known_criteria or not known_criteria else "new evaluator"
+            summary.why[(criterion, JUDGED, reason)] += 1
+            continue
+        evaluator_digest, recording, inputs = next(stored_keys)
+        if evaluator_digest is None:
+            reason = "no cache key stored with the verdict"
+        elif inputs is None:
+            reason = "its judge did not answer last time"
+        elif evaluator_digest != wanted.evaluator_digests[entry]:
+            reason = "evaluator changed"
+        elif recording != wanted.recording_keys[entry]:
+            reason = "recording changed"
+        else:
+            reason = "fault replay or the source's recording changed"
+        summary.why[(criterion, REJUDGED, reason)] += 1
+
+
+def reusable_entries(wanted: WantedVerdicts, stored: StoredTable) -> tuple[np.ndarray, np.ndarray]:
+    """Per wanted entry, whether the stored verdict there still holds its key, and the stored
+    row of its case and criterion (-1: none). The keys are compared in Arrow: no Python
+    string per stored key."""
+    positions = stored_positions(wanted, stored)
+    reuse = positions >= 0
+    if reuse.any():
+        stored_inputs = pa.array(stored.columns("inputs_key")["inputs_key"], pa.string()).take(pa.array(positions[reuse]))
+        wanted_inputs = wanted.inputs_keys.take(pa.array(np.flatnonzero(reuse)))
+        reuse[reuse] = pc.equal(stored_inputs, wanted_inputs).fill_null(False).to_numpy(zero_copy_only=False)
+    return reuse, positions
