@@ -220,15 +220,16 @@ def report_parts(
 def panel_sections(
     tables: ReportTables, scan: ReportScan, case_ids: list[str], dagster_url: str | None, panels: PanelStore | None,
 ) -> Iterator[Markup]:
-    """Each case's section, in order: the one kept under its key, else rendered (and kept),
-    its run links filled in. Looked up a batch of cases at a time, and only the rows of the
-    batch's panels rendered now are read (`HeldCases`), so only a batch of panels is ever held.
-    A batch is made with the garbage collector held off: its rows decoded and its panels
-    built are thousands of dicts and lists, no cycle among them, freed with the batch."""
+    """The cases' sections, in order, a batch of cases at a time as one piece: each the one
+    kept under its key, else rendered (and kept), its run links filled in. Only the rows of
+    the batch's panels rendered now are read (`HeldCases`), so only a batch of panels is ever
+    held, and the page's template handles a batch, not a case, at a time. A batch is made
+    with the garbage collector held off: its rows decoded and its panels built are thousands
+    of dicts and lists, no cycle among them, freed with the batch."""
     for start in range(0, len(case_ids), PANELS_AT_ONCE):
         with collection_paused():
             sections = batch_sections(tables, scan, case_ids[start : start + PANELS_AT_ONCE], dagster_url, panels)
-        yield from sections
+        yield Markup("".join(sections))
 
 
 def batch_sections(
