@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
+from pydantic_core import from_json
 
-from .trajectory import Trajectory
+from .digests import canonical_json
+from .trajectory import MODEL_STEP, USER_STEP, Trajectory
 
 # `ok` is the only status whose recording is judged; every other status makes each verdict MISSING.
 # `system_crashed`: the system's process ended mid-case (an exit, a signal); `error` says how.
@@ -50,6 +52,66 @@ class RecordedRun(RunResult):
     # (name -> digest, model/fingerprints.py's `imported_file_digests`): stored in the row's
     # `code_files` with the declared code, never a column of their own.
     found_files: dict[str, str] | None = None
+
+    def as_row(self) -> "RecordingRow":
+        """This recording as its worker sends it back: what the system recorded as the JSON
+        text it is stored as, read back from this model's own JSON (so the same text as a
+        model made again from that JSON gives). A ValueError when it is not JSON."""
+        nested = from_json(self.model_dump_json(include=set(RECORDED_TEXT)))
+        text = {name: None if nested[name] is None else canonical_json(nested[name]) for name in RECORDED_TEXT}
+        scalars = {name: getattr(self, name) for name in RecordingRow.model_fields if name not in text and name in RecordedRun.model_fields}
+        return RecordingRow(**scalars, **text, **stored_usage(nested["trajectory"]))
+
+
+# What a recording holds as JSON text in its row (`recorded_runs` and its journal).
+RECORDED_TEXT = ("output", "trajectory", "environment_state")
+# A recording's model usage (Trajectory.model_usage) and its simulated user's (user_usage).
+USAGE_COLUMNS = (
+    "model_calls", "prompt_tokens", "completion_tokens", "model_latency_s", "user_calls", "user_prompt_tokens",
+    "user_completion_tokens",
+)
+
+
+def stored_usage(trajectory: dict[str, Any] | None) -> dict[str, Any]:
+    """The model and simulated user usage of a trajectory as stored JSON reads back (None each
+    without a model or user turn: it becomes a model only when it has one)."""
+    steps = trajectory["steps"] if trajectory is not None else ()
+    counted = Trajectory.model_validate(trajectory) if any(step["kind"] in (MODEL_STEP, USER_STEP) for step in steps) else Trajectory()
+    return {**counted.model_usage(), **counted.user_usage()}
+
+
+class RecordingRow(BaseModel):
+    """A recording as its worker sends it back (run/worker.py): the columns of its
+    `recorded_runs` row the worker can make, its nested values the canonical JSON text they
+    are stored as and its usage counted, and the modules found imported with it. The
+    evaluating process adds the run, the code and the cost (run/recording.py) and writes the
+    rest through: no trajectory becomes a model there."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    case_id: str
+    case_digest: str
+    system_version: str
+    status: RunStatus
+    error: str | None = None
+    output: str | None = None
+    trajectory: str | None = None
+    environment_state: str | None = None
+    duration_s: float = 0.0
+    model_calls: int | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    model_latency_s: float | None = None
+    user_calls: int | None = None
+    user_prompt_tokens: int | None = None
+    user_completion_tokens: int | None = None
+    found_files: dict[str, str] | None = None
+
+    def as_run(self) -> RecordedRun:
+        """The recording as a model (for scripts, tests and certification's reference runs)."""
+        nested = {name: from_json(getattr(self, name)) for name in RECORDED_TEXT if getattr(self, name) is not None}
+        scalars = {name: getattr(self, name) for name in RecordedRun.model_fields if name in RecordingRow.model_fields and name not in nested}
+        return RecordedRun.model_validate({**scalars, **nested})
 
 
 class ReplayResult(RunResult):

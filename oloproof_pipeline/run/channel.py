@@ -1,7 +1,8 @@
 """What travels on a worker's channel (run/supervisor.py sends, run/worker.py answers): one
 JSON line per task, one per answer. A case and a recorded trajectory may travel as the JSON
 text they are stored as (`StoredCase`, `EncodedTask`): the evaluating process need not make
-them models only to encode them again; the worker validates every task."""
+them models only to encode them again; the worker validates every task. A recording comes
+back as its row (`RecordingRow`), for the same reason the other way."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from ..model.cases import CaseRecord
-from ..model.records import RecordedRun, ReplayResult
+from ..model.records import RecordingRow, ReplayResult
 from ..model.trajectory import Checkpoint, ToolChange, Trajectory
 
 
@@ -101,7 +102,8 @@ class WorkerMessage(BaseModel):
 
     ready: SystemFacts | None = None
     failed: list[str] | None = None
-    recorded: RecordedRun | None = None
+    # A recording as its row (its trajectory JSON text the evaluating process writes through).
+    recorded: RecordingRow | None = None
     replayed: ReplayResult | None = None
     # The worker interrupted this task at its deadline and is ending: not to be trusted.
     retire: bool = False

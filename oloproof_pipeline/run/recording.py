@@ -24,8 +24,7 @@ import pyarrow as pa
 from ..model.cases import CaseRecord
 from ..model.config import Project, ProjectConfig
 from ..model.fingerprints import CodeFingerprint, row_key, system_code_fingerprint
-from ..model.records import RecordedRun
-from ..model.trajectory import Trajectory
+from ..model.records import RecordedRun, RecordingRow
 from ..model.trials import FIRST_TRIAL
 from ..store.assembly import AssembledTable
 from ..store.decoding import MODELS_AT_ONCE
@@ -87,24 +86,20 @@ def recording_key(
     return row_key("recording", *parts)
 
 
-def recording_row(run: RecordedRun, code: CodeFingerprint, config: ProjectConfig) -> dict[str, Any]:
-    """A finished recording as a table (and journal) row, with the code (and the simulated
-    user) that made it, its model usage and what that cost by `pricing`, and its simulated
-    user's usage apart."""
-    trajectory = run.trajectory or Trajectory()
-    usage = trajectory.model_usage()
-    simulator = simulator_digest(config.system.simulated_user)
-    key = recording_key(run.case_digest, run.system_version, code.digest, run.recorded_by_run, run.status, simulator)
-    return {
-        **run.model_dump(mode="json", exclude={"found_files"}),
+def recording_row(run: RecordingRow, run_id: str | None, code: CodeFingerprint, config: ProjectConfig, simulator: str | None) -> dict[str, Any]:
+    """A finished recording as a table (and journal) row, its nested values the JSON text its
+    worker sent: with the run, the code (and the simulated user) that made it, and what its
+    model usage cost by `pricing`."""
+    columns = run.__dict__  # the model's fields, read as they are (no copy per case)
+    added = {
+        "recorded_by_run": run_id,
         "code_fingerprint": code.digest,
         "code_files": code_files_text(code, run.found_files),
-        "recording_key": key,
-        **usage,
-        "cost_usd": cost_usd(config, usage),
+        "recording_key": recording_key(run.case_digest, run.system_version, code.digest, run_id, run.status, simulator),
+        "cost_usd": cost_usd(config, columns),
         "simulator_digest": simulator,
-        **trajectory.user_usage(),
     }
+    return {name: added[name] if name in added else columns[name] for name in RECORDED_RUNS_SCHEMA.names}
 
 
 def code_files_text(code: CodeFingerprint, found: dict[str, str] | None) -> str:
@@ -237,7 +232,7 @@ class RecordingStage:
     version: str
     run_id: str
     fresh: bool = False
-    on_recorded: Callable[[RecordedRun], None] | None = None
+    on_recorded: Callable[[RecordingRow], None] | None = None
     stored: StoredWork = RECORDINGS
     trials: range = range(FIRST_TRIAL, FIRST_TRIAL + 1)
 
@@ -278,13 +273,11 @@ class RecordingStage:
         )
         return Left(items, RECORD)
 
-    def finished(self, recordings: Recordings, item: tuple[int, CaseRecord], result: Any) -> dict[str, Any]:
+    def finished(self, recordings: Recordings, item: tuple[int, StoredCase], result: Any) -> dict[str, Any]:
         trial, case = item
         run = lost_recording(case, result, self.version)
-        run.recorded_by_run = self.run_id
-        new = recordings.new[trial]
-        row = new.encoded(self.row(recording_row(run, self.code, self.project.config), trial))
-        new.add_encoded(row)
+        row = self.row(recording_row(run, self.run_id, self.code, self.project.config, self.simulator), trial)
+        recordings.new[trial].add_encoded(row)
         recordings.summary.failed += run.status != OK
         if self.on_recorded is not None:
             self.on_recorded(run)
@@ -339,7 +332,7 @@ def record_case_rows(
     version: str,
     run_id: str,
     fresh: bool = False,
-    on_recorded: Callable[[RecordedRun], None] | None = None,
+    on_recorded: Callable[[RecordingRow], None] | None = None,
     sandboxes: Sandboxes | None = None,
     system: ResolvedSystem | None = None,
 ) -> tuple[AssembledTable, RecordingSummary]:
@@ -396,7 +389,7 @@ def record_cases(
     version: str,
     run_id: str,
     fresh: bool = False,
-    on_recorded: Callable[[RecordedRun], None] | None = None,
+    on_recorded: Callable[[RecordingRow], None] | None = None,
     sandboxes: Sandboxes | None = None,
     system: ResolvedSystem | None = None,
 ) -> tuple[list[RecordedRun], RecordingSummary]:

@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from ..model.cases import CaseRecord
 from ..model.errors import PipelineError
-from ..model.records import RecordedRun, ReplayResult
+from ..model.records import RecordedRun, RecordingRow, ReplayResult
 from ..model.trajectory import Checkpoint, ToolChange, Trajectory
 from .channel import AnyTask, EncodedTask, ReplayTask, StoredCase, SystemFacts, WorkerMessage, numbered, record_task, task_line
 from .spec import SandboxSettings, SystemSpec
@@ -66,19 +66,24 @@ class SupervisedSandbox:
         return list(self.record_each([case]))[0]
 
     def record_each(self, cases: Iterable[CaseRecord | StoredCase]) -> Iterator[RecordedRun]:
-        """Each case's recording, in order; the next case is sent when the caller asks for
-        it, so whatever the caller does with a recording (journal it) happens before the
-        system starts the next case."""
+        """Each case's recording, in order, as a model (`record_rows`, for scripts and tests)."""
+        return (row.as_run() for row in self.record_rows(cases))
+
+    def record_rows(self, cases: Iterable[CaseRecord | StoredCase]) -> Iterator[RecordingRow]:
+        """Each case's recording as its row, in order; the next case is sent when the caller
+        asks for it, so whatever the caller does with a recording (journal it) happens
+        before the system starts the next case."""
         for task, answer in self._run_tasks(record_task(case) for case in cases):
             yield self.recording(task, answer)
 
-    def recording(self, task: AnyTask, answer: Any) -> RecordedRun:
-        """A record task's answer as its recording (a case its worker ended or overran on: that status)."""
+    def recording(self, task: AnyTask, answer: Any) -> RecordingRow:
+        """A record task's answer as its recording's row (a case its worker ended or overran on: that status)."""
         if isinstance(answer, WorkerLost):
-            return RecordedRun(
+            lost = RecordedRun(
                 case_id=task.case.case_id, case_digest=task.case.case_digest, system_version=self.settings.version,
                 status=answer.status, error=answer.error, duration_s=answer.duration_s,
             )
+            return lost.as_row()
         return answer.recorded
 
     def replay(

@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterator
 from ..model.config import PROJECT_FILE
 from ..model.errors import ProjectError
 from ..model.fingerprints import imported_file_digests
-from ..model.records import RecordedRun, ReplayResult
+from ..model.records import RecordedRun, RecordingRow, ReplayResult
 from .reference import ReferencePlayer, load_reference
 from .runner import SandboxRunner, can_replay
 from .spec import SandboxSettings, build_system
@@ -76,15 +76,27 @@ def tasks_on(channel: socket.socket) -> Iterator[bytes]:
 
 
 def as_line(message: WorkerMessage) -> bytes:
-    """The message as one JSON line. What the system recorded (a tool's arguments or
-    result, say) may not be JSON: the case is then `not_json`, never an unreadable answer."""
+    """The message as one JSON line. What the system replayed (a tool's arguments or result,
+    say) may not be JSON: the replay is then `not_json`, never an unreadable answer."""
     try:
         return message.model_dump_json().encode() + b"\n"
     except ValueError as problem:  # pydantic's PydanticSerializationError
-        field = "recorded" if message.recorded is not None else "replayed"
-        result = getattr(message, field)
-        fields = {"status": "not_json", "error": f"what the system recorded is not JSON: {problem}", "trajectory": None}
-        return message.model_copy(update={field: result.model_copy(update=fields)}).model_dump_json().encode() + b"\n"
+        fields = {"status": "not_json", "error": not_json_error(problem), "trajectory": None}
+        replayed = message.replayed.model_copy(update=fields)
+        return message.model_copy(update={"replayed": replayed}).model_dump_json().encode() + b"\n"
+
+
+def not_json_error(problem: ValueError) -> str:
+    return f"what the system recorded is not JSON: {problem}"
+
+
+def recording_row(run: RecordedRun) -> RecordingRow:
+    """The recording as its row; one whose trajectory is not JSON is `not_json`, never an
+    unreadable answer."""
+    try:
+        return run.as_row()
+    except ValueError as problem:  # pydantic's PydanticSerializationError
+        return run.model_copy(update={"status": "not_json", "error": not_json_error(problem), "trajectory": None}).as_row()
 
 
 def version_refusal(settings: SandboxSettings, reported: str | None) -> str | None:
@@ -101,9 +113,8 @@ def refused(task: RecordTask | ReplayTask, version: str, refusal: str) -> Worker
     """The answer to a task the system must not run: an error, never a result to trust."""
     if isinstance(task, RecordTask):
         case = task.case
-        return WorkerMessage(
-            recorded=RecordedRun(case_id=case.case_id, case_digest=case.case_digest, system_version=version, status="error", error=refusal)
-        )
+        refusing = RecordedRun(case_id=case.case_id, case_digest=case.case_digest, system_version=version, status="error", error=refusal)
+        return WorkerMessage(recorded=refusing.as_row())
     return WorkerMessage(replayed=ReplayResult(status="error", error=refusal))
 
 
@@ -113,7 +124,7 @@ def serve(runner: SandboxRunner, task: RecordTask | ReplayTask, project_root: Pa
         # What the system is made of, found rather than declared: every module imported so far
         # (building it, and this case and the ones before) from outside the installed packages.
         result.found_files = imported_file_digests(project_root)
-        answer = WorkerMessage(recorded=result)
+        answer = WorkerMessage(recorded=recording_row(result))
     else:
         result = runner.replay(task.case, task.trajectory, task.checkpoint, task.change)
         answer = WorkerMessage(replayed=result)
