@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 from json.encoder import encode_basestring_ascii
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -86,15 +85,17 @@ def recording_key(
     return row_key("recording", *parts)
 
 
-def recording_row(run: RecordingRow, run_id: str | None, code: CodeFingerprint, config: ProjectConfig, simulator: str | None) -> dict[str, Any]:
+def recording_row(
+    run: RecordingRow, run_id: str | None, code: CodeFingerprint, code_files: str, config: ProjectConfig, simulator: str | None
+) -> dict[str, Any]:
     """A finished recording as a table (and journal) row, its nested values the JSON text its
-    worker sent: with the run, the code (and the simulated user) that made it, and what its
-    model usage cost by `pricing`."""
+    worker sent: with the run, the code (`code_files`: with the modules found imported with it)
+    and the simulated user that made it, and what its model usage cost by `pricing`."""
     columns = run.__dict__  # the model's fields, read as they are (no copy per case)
     added = {
         "recorded_by_run": run_id,
         "code_fingerprint": code.digest,
-        "code_files": code_files_text(code, run.found_files),
+        "code_files": code_files,
         "recording_key": recording_key(run.case_digest, run.system_version, code.digest, run_id, run.status, simulator),
         "cost_usd": cost_usd(config, columns),
         "simulator_digest": simulator,
@@ -102,15 +103,21 @@ def recording_row(run: RecordingRow, run_id: str | None, code: CodeFingerprint, 
     return {name: added[name] if name in added else columns[name] for name in RECORDED_RUNS_SCHEMA.names}
 
 
-def code_files_text(code: CodeFingerprint, found: dict[str, str] | None) -> str:
-    """A recording's `code_files`: the same for nearly every case a worker records, so each
-    distinct text is made once rather than sorted and encoded per case."""
-    return _code_files_text(code.digest, tuple(code.files.items()), tuple((found or {}).items()))
+class CodeFilesText:
+    """The `code_files` of a stage's recordings: the same for nearly every case a worker
+    records, so each distinct text is made once (per set of modules found imported) rather
+    than sorted and encoded per case."""
 
+    def __init__(self, code: CodeFingerprint):
+        self.code = code
+        self._texts: dict[tuple[tuple[str, str], ...], str] = {}
 
-@lru_cache(maxsize=64)
-def _code_files_text(digest: str, files: tuple[tuple[str, str], ...], found: tuple[tuple[str, str], ...]) -> str:
-    return CodeFingerprint(digest, dict(files)).with_found(dict(found)).files_text
+    def __call__(self, found: dict[str, str] | None) -> str:
+        key = tuple(found.items()) if found else ()
+        text = self._texts.get(key)
+        if text is None:
+            text = self._texts[key] = self.code.with_found(found).files_text
+        return text
 
 
 def same_simulator(known: pd.DataFrame, simulator: str | None) -> pd.Series:
@@ -238,6 +245,7 @@ class RecordingStage:
 
     def __post_init__(self) -> None:
         self.code = system_code_fingerprint(self.project)
+        self.code_files = CodeFilesText(self.code)
         self.simulator = simulator_digest(self.project.config.system.simulated_user)
         self.keys = self.cases.columns("case_id", "case_digest")
 
@@ -276,7 +284,8 @@ class RecordingStage:
     def finished(self, recordings: Recordings, item: tuple[int, StoredCase], result: Any) -> dict[str, Any]:
         trial, case = item
         run = lost_recording(case, result, self.version)
-        row = self.row(recording_row(run, self.run_id, self.code, self.project.config, self.simulator), trial)
+        columns = recording_row(run, self.run_id, self.code, self.code_files(run.found_files), self.project.config, self.simulator)
+        row = self.row(columns, trial)
         recordings.new[trial].add_encoded(row)
         recordings.summary.failed += run.status != OK
         if self.on_recorded is not None:
