@@ -1,15 +1,17 @@
-"""A recording comes back from its worker as its row (model/records.py's RecordingRow): the
-nested values as the text `recorded_runs` stores, which the evaluating process writes through
-without making the trajectory a model. That text must be what the table held when the
-recording travelled as a model and was encoded again there."""
+"""A recording comes back from its worker as its row (model/records.py's RecordingRow), a
+replay as its text (RunText): the nested values as the text `recorded_runs` and
+`fault_replays` store, which the evaluating process writes through without encoding it
+again. That text must be what the tables held when the run travelled as a model and was
+encoded again there."""
 
 from __future__ import annotations
 
 import pytest
 
-from oloproof_pipeline.model.records import RecordedRun, RecordingRow
+from oloproof_pipeline.model.digests import canonical_json
+from oloproof_pipeline.model.records import EnvironmentState, RecordedRun, RecordingRow, ReplayResult
 from oloproof_pipeline.model.trajectory import MODEL_STEP, USER_STEP, Step, Trajectory
-from oloproof_pipeline.run.worker import recording_row
+from oloproof_pipeline.run.worker import recording_row, replay_text
 from oloproof_pipeline.store.tables import RECORDED_RUNS_SCHEMA, RUN_NESTED, _json_columns, _prepared
 
 
@@ -47,6 +49,18 @@ def test_a_row_holds_the_text_the_table_held_when_the_recording_came_as_a_model(
     assert row.as_run() == RecordedRun.model_validate_json(run.model_dump_json())
 
 
+@pytest.mark.parametrize("what,result", ODD_RESULTS, ids=[what for what, _ in ODD_RESULTS])
+def test_a_replays_text_is_what_the_table_held_when_it_came_as_a_model(what, result):
+    steps = [Step(kind="tool_call", tool="pay"), Step(kind="tool_result", tool="pay", result=result)]
+    state = EnvironmentState(initial="sha256:0", state={"orders": {"b": result, "a": 1}})
+    replay = ReplayResult(status="ok", output=[result], trajectory=Trajectory(steps=steps), environment_state=state, duration_s=0.5)
+    text = replay.as_text()
+    again = ReplayResult.model_validate_json(replay.model_dump_json())
+    for name in ("output", "trajectory", "environment_state"):
+        assert getattr(text, name) == canonical_json(again.model_dump(mode="json")[name]), name
+    assert text.as_result() == again
+
+
 def test_a_rows_usage_counts_live_model_and_user_turns_as_the_table_did():
     steps = [
         Step(kind=MODEL_STEP, result={"usage": {"prompt_tokens": 7, "completion_tokens": 2}, "latency_s": 0.5}),
@@ -67,3 +81,5 @@ def test_a_trajectory_that_is_not_json_makes_the_case_not_json_never_an_unreadab
     row = recording_row(a_run(output={"answer": 1}, trajectory=Trajectory(steps=steps)))
     assert row.status == "not_json" and row.error.startswith("what the system recorded is not JSON: ")
     assert row.trajectory is None and row.output == '{"answer":1}'
+    replayed = replay_text(ReplayResult(status="ok", trajectory=Trajectory(steps=steps)))
+    assert replayed.status == "not_json" and replayed.error == row.error and replayed.trajectory is None

@@ -42,6 +42,44 @@ class RunResult(BaseModel):
     def state_after(self) -> Any:
         return None if self.environment_state is None else self.environment_state.state
 
+    def stored_json(self) -> dict[str, Any]:
+        """What the system recorded (RUN_TEXT) as its JSON reads back: what a model made again
+        from that JSON dumps. A ValueError when it is not JSON."""
+        return from_json(self.model_dump_json(include=set(RUN_TEXT)))
+
+
+# What a run holds as JSON text in its row (`recorded_runs`; `fault_replays` with a prefix).
+RUN_TEXT = ("output", "trajectory", "environment_state")
+
+
+def as_text(values: dict[str, Any]) -> dict[str, str | None]:
+    """RUN_TEXT's values as the canonical JSON text the tables store."""
+    return {name: None if values[name] is None else canonical_json(values[name]) for name in RUN_TEXT}
+
+
+class RunText(BaseModel):
+    """A run's result as its worker sends it back (run/worker.py): what the system recorded
+    as the canonical JSON text the tables store, which the evaluating process writes through
+    rather than make it a model only to encode it again."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    status: RunStatus
+    error: str | None = None
+    output: str | None = None
+    trajectory: str | None = None
+    environment_state: str | None = None
+    duration_s: float = 0.0
+
+    def as_result(self) -> "ReplayResult":
+        """The run as a model (to judge a replay by: its trajectory, output and state)."""
+        return ReplayResult(
+            status=self.status, error=self.error, duration_s=self.duration_s,
+            output=None if self.output is None else from_json(self.output),
+            trajectory=None if self.trajectory is None else Trajectory.model_validate_json(self.trajectory),
+            environment_state=None if self.environment_state is None else EnvironmentState.model_validate_json(self.environment_state),
+        )
+
 
 class RecordedRun(RunResult):
     case_id: str
@@ -54,22 +92,11 @@ class RecordedRun(RunResult):
     found_files: dict[str, str] | None = None
 
     def as_row(self) -> "RecordingRow":
-        """This recording as its worker sends it back: what the system recorded as the JSON
-        text it is stored as, read back from this model's own JSON (so the same text as a
-        model made again from that JSON gives). A ValueError when it is not JSON."""
-        nested = from_json(self.model_dump_json(include=set(RECORDED_TEXT)))
-        text = {name: None if nested[name] is None else canonical_json(nested[name]) for name in RECORDED_TEXT}
-        scalars = {name: getattr(self, name) for name in RecordingRow.model_fields if name not in text and name in RecordedRun.model_fields}
-        return RecordingRow(**scalars, **text, **stored_usage(nested["trajectory"]))
-
-
-# What a recording holds as JSON text in its row (`recorded_runs` and its journal).
-RECORDED_TEXT = ("output", "trajectory", "environment_state")
-# A recording's model usage (Trajectory.model_usage) and its simulated user's (user_usage).
-USAGE_COLUMNS = (
-    "model_calls", "prompt_tokens", "completion_tokens", "model_latency_s", "user_calls", "user_prompt_tokens",
-    "user_completion_tokens",
-)
+        """This recording as its worker sends it back (`RecordingRow`). A ValueError when what
+        the system recorded is not JSON."""
+        nested = self.stored_json()
+        scalars = {name: getattr(self, name) for name in RecordingRow.model_fields if name not in RUN_TEXT and name in RecordedRun.model_fields}
+        return RecordingRow(**scalars, **as_text(nested), **stored_usage(nested["trajectory"]))
 
 
 def stored_usage(trajectory: dict[str, Any] | None) -> dict[str, Any]:
@@ -80,24 +107,15 @@ def stored_usage(trajectory: dict[str, Any] | None) -> dict[str, Any]:
     return {**counted.model_usage(), **counted.user_usage()}
 
 
-class RecordingRow(BaseModel):
-    """A recording as its worker sends it back (run/worker.py): the columns of its
-    `recorded_runs` row the worker can make, its nested values the canonical JSON text they
-    are stored as and its usage counted, and the modules found imported with it. The
-    evaluating process adds the run, the code and the cost (run/recording.py) and writes the
-    rest through: no trajectory becomes a model there."""
-
-    model_config = ConfigDict(extra="forbid")
+class RecordingRow(RunText):
+    """A recording as its worker sends it back: the columns of its `recorded_runs` row the
+    worker can make (RunText's, its case's ids, its model usage counted), and the modules
+    found imported with it. The evaluating process adds the run, the code and the cost
+    (run/recording.py) and writes the rest through: no trajectory becomes a model there."""
 
     case_id: str
     case_digest: str
     system_version: str
-    status: RunStatus
-    error: str | None = None
-    output: str | None = None
-    trajectory: str | None = None
-    environment_state: str | None = None
-    duration_s: float = 0.0
     model_calls: int | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
@@ -109,7 +127,7 @@ class RecordingRow(BaseModel):
 
     def as_run(self) -> RecordedRun:
         """The recording as a model (for scripts, tests and certification's reference runs)."""
-        nested = {name: from_json(getattr(self, name)) for name in RECORDED_TEXT if getattr(self, name) is not None}
+        nested = {name: from_json(getattr(self, name)) for name in RUN_TEXT if getattr(self, name) is not None}
         scalars = {name: getattr(self, name) for name in RecordedRun.model_fields if name in RecordingRow.model_fields and name not in nested}
         return RecordedRun.model_validate({**scalars, **nested})
 
@@ -121,3 +139,8 @@ class ReplayResult(RunResult):
     @classmethod
     def from_run(cls, run: RecordedRun) -> "ReplayResult":
         return cls(**run.model_dump(include={"status", "error", "output", "trajectory", "environment_state"}))
+
+    def as_text(self) -> RunText:
+        """This replay as its worker sends it back (`RunText`). A ValueError when what the
+        system recorded is not JSON."""
+        return RunText(status=self.status, error=self.error, duration_s=self.duration_s, **as_text(self.stored_json()))

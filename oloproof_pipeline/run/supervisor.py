@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from ..model.cases import CaseRecord
 from ..model.errors import PipelineError
-from ..model.records import RecordedRun, RecordingRow, ReplayResult
+from ..model.records import RecordedRun, RecordingRow, ReplayResult, RunText
 from ..model.trajectory import Checkpoint, ToolChange, Trajectory
 from .channel import AnyTask, EncodedTask, ReplayTask, StoredCase, SystemFacts, WorkerMessage, numbered, record_task, task_line
 from .spec import SandboxSettings, SystemSpec
@@ -90,10 +90,10 @@ class SupervisedSandbox:
         self, case: CaseRecord, trajectory: Trajectory, checkpoint: Checkpoint, change: ToolChange | None
     ) -> ReplayResult:
         [result] = list(self.replay_each([ReplayTask(case=case, trajectory=trajectory, checkpoint=checkpoint, change=change)]))
-        return result
+        return result.as_result()
 
-    def replay_each(self, tasks: Iterable[ReplayTask | EncodedTask], *, together: bool = False) -> Iterator[ReplayResult]:
-        """Each replay's result, in order (one at a time, or side by side). `together`: the
+    def replay_each(self, tasks: Iterable[ReplayTask | EncodedTask], *, together: bool = False) -> Iterator[RunText]:
+        """Each replay's result as its text, in order (one at a time, or side by side). `together`: the
         tasks are one item's (a control and a faulted replay of one case), all sent at once,
         so the worker starts each as the one before ends instead of waiting on this process."""
         for _, answer in self._run_tasks(tasks, together=together):
@@ -297,10 +297,10 @@ class SupervisedSandbox:
         self.close()
 
 
-def replay_result(answer: Any) -> ReplayResult:
-    """A replay task's answer as its result (a replay its worker ended or overran on: that status)."""
+def replay_result(answer: Any) -> RunText:
+    """A replay task's answer as its result's text (a replay its worker ended or overran on: that status)."""
     if isinstance(answer, WorkerLost):
-        return ReplayResult(status=answer.status, error=answer.error, duration_s=answer.duration_s)
+        return RunText(status=answer.status, error=answer.error, duration_s=answer.duration_s)
     return answer.replayed
 
 

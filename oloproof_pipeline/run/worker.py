@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterator
 from ..model.config import PROJECT_FILE
 from ..model.errors import ProjectError
 from ..model.fingerprints import imported_file_digests
-from ..model.records import RecordedRun, RecordingRow, ReplayResult
+from ..model.records import RecordedRun, RecordingRow, ReplayResult, RunResult, RunText
 from .reference import ReferencePlayer, load_reference
 from .runner import SandboxRunner, can_replay
 from .spec import SandboxSettings, build_system
@@ -76,27 +76,30 @@ def tasks_on(channel: socket.socket) -> Iterator[bytes]:
 
 
 def as_line(message: WorkerMessage) -> bytes:
-    """The message as one JSON line. What the system replayed (a tool's arguments or result,
-    say) may not be JSON: the replay is then `not_json`, never an unreadable answer."""
-    try:
-        return message.model_dump_json().encode() + b"\n"
-    except ValueError as problem:  # pydantic's PydanticSerializationError
-        fields = {"status": "not_json", "error": not_json_error(problem), "trajectory": None}
-        replayed = message.replayed.model_copy(update=fields)
-        return message.model_copy(update={"replayed": replayed}).model_dump_json().encode() + b"\n"
+    """The message as one JSON line (what the system recorded is JSON text in it already:
+    `recording_row`, `replay_text`)."""
+    return message.model_dump_json().encode() + b"\n"
 
 
-def not_json_error(problem: ValueError) -> str:
-    return f"what the system recorded is not JSON: {problem}"
+def not_json(run: RunResult, problem: ValueError) -> Any:
+    """`run`, its trajectory not JSON: the case is `not_json`, never an unreadable answer."""
+    return run.model_copy(update={"status": "not_json", "error": f"what the system recorded is not JSON: {problem}", "trajectory": None})
 
 
 def recording_row(run: RecordedRun) -> RecordingRow:
-    """The recording as its row; one whose trajectory is not JSON is `not_json`, never an
-    unreadable answer."""
+    """The recording as its row (a trajectory that is not JSON makes it `not_json`)."""
     try:
         return run.as_row()
     except ValueError as problem:  # pydantic's PydanticSerializationError
-        return run.model_copy(update={"status": "not_json", "error": not_json_error(problem), "trajectory": None}).as_row()
+        return not_json(run, problem).as_row()
+
+
+def replay_text(result: ReplayResult) -> RunText:
+    """The replay as its text (a trajectory that is not JSON makes it `not_json`)."""
+    try:
+        return result.as_text()
+    except ValueError as problem:  # pydantic's PydanticSerializationError
+        return not_json(result, problem).as_text()
 
 
 def version_refusal(settings: SandboxSettings, reported: str | None) -> str | None:
@@ -115,7 +118,7 @@ def refused(task: RecordTask | ReplayTask, version: str, refusal: str) -> Worker
         case = task.case
         refusing = RecordedRun(case_id=case.case_id, case_digest=case.case_digest, system_version=version, status="error", error=refusal)
         return WorkerMessage(recorded=refusing.as_row())
-    return WorkerMessage(replayed=ReplayResult(status="error", error=refusal))
+    return WorkerMessage(replayed=ReplayResult(status="error", error=refusal).as_text())
 
 
 def serve(runner: SandboxRunner, task: RecordTask | ReplayTask, project_root: Path) -> WorkerMessage:
@@ -127,7 +130,7 @@ def serve(runner: SandboxRunner, task: RecordTask | ReplayTask, project_root: Pa
         answer = WorkerMessage(recorded=recording_row(result))
     else:
         result = runner.replay(task.case, task.trajectory, task.checkpoint, task.change)
-        answer = WorkerMessage(replayed=result)
+        answer = WorkerMessage(replayed=replay_text(result))
     # A case interrupted at its deadline may have left the system half-way: retire.
     answer.retire = result.status == "timeout"
     return answer
