@@ -11,7 +11,8 @@ import pytest
 from oloproof_pipeline.model.digests import canonical_json
 from oloproof_pipeline.model.records import EnvironmentState, RecordedRun, RecordingRow, ReplayResult
 from oloproof_pipeline.model.trajectory import MODEL_STEP, USER_STEP, Step, Trajectory
-from oloproof_pipeline.run.worker import recording_row, replay_text
+from oloproof_pipeline.run.channel import WorkerMessage
+from oloproof_pipeline.run.worker import as_line, recording_row, replay_text
 from oloproof_pipeline.store.tables import RECORDED_RUNS_SCHEMA, RUN_NESTED, _json_columns, _prepared
 
 
@@ -32,6 +33,8 @@ ODD_RESULTS = [
     ("a tuple, text beyond ASCII", (1, [2.5, {"b": None, "a": "é\u2028"}])),
     ("floats", {"big": 1e300, "small": 5e-324, "whole": 2.0, "inf": float("inf")}),
     ("keys out of order", {"z": 1, "a": {"y": [], "b": True}}),
+    ("keys not text, a set", {1: "one", 2.5: {True: None}, "s": {3}}),
+    ("not a number", {"nan": float("nan"), "minus": float("-inf")}),
 ]
 
 
@@ -83,3 +86,16 @@ def test_a_trajectory_that_is_not_json_makes_the_case_not_json_never_an_unreadab
     assert row.trajectory is None and row.output == '{"answer":1}'
     replayed = replay_text(ReplayResult(status="ok", trajectory=Trajectory(steps=steps)))
     assert replayed.status == "not_json" and replayed.error == row.error and replayed.trajectory is None
+
+
+def test_text_that_is_not_utf8_costs_the_case_never_the_run():
+    """A lone surrogate the system left in its output (which reads as JSON) or in its error
+    cannot be sent: the case is `not_json`, and the answer is still one readable line."""
+
+    def answered(run: RecordedRun) -> RecordingRow:
+        return WorkerMessage.model_validate_json(as_line(WorkerMessage(recorded=recording_row(run)))).recorded
+
+    in_output = answered(a_run(output={"answer": "x\ud800"}, trajectory=Trajectory()))
+    assert in_output.status == "not_json" and (in_output.output, in_output.trajectory) == (None, None)
+    in_error = answered(a_run(status="error", error="boom \ud800", output={"answer": 1}))
+    assert in_error.status == "not_json" and in_error.output == '{"answer":1}'

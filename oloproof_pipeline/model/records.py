@@ -43,13 +43,15 @@ class RunResult(BaseModel):
         return None if self.environment_state is None else self.environment_state.state
 
     def stored_json(self) -> dict[str, Any]:
-        """What the system recorded (RUN_TEXT) as its JSON reads back: what a model made again
-        from that JSON dumps. A ValueError when it is not JSON."""
-        return from_json(self.model_dump_json(include=set(RUN_TEXT)))
+        """What the system recorded (RUN_TEXT) as its JSON reads back, what a model made again
+        from that JSON dumps (JSON mode serializes as the JSON text would: tuples as lists,
+        keys as text, an infinity as null). A ValueError when it is not JSON."""
+        return self.model_dump(mode="json", include=_RUN_TEXT_FIELDS)
 
 
 # What a run holds as JSON text in its row (`recorded_runs`; `fault_replays` with a prefix).
 RUN_TEXT = ("output", "trajectory", "environment_state")
+_RUN_TEXT_FIELDS = set(RUN_TEXT)
 
 
 def as_text(values: dict[str, Any]) -> dict[str, str | None]:
@@ -95,7 +97,7 @@ class RecordedRun(RunResult):
         """This recording as its worker sends it back (`RecordingRow`). A ValueError when what
         the system recorded is not JSON."""
         nested = self.stored_json()
-        scalars = {name: getattr(self, name) for name in RecordingRow.model_fields if name not in RUN_TEXT and name in RecordedRun.model_fields}
+        scalars = {name: getattr(self, name) for name in _SHARED_SCALARS}
         return RecordingRow(**scalars, **as_text(nested), **stored_usage(nested["trajectory"]))
 
 
@@ -103,8 +105,13 @@ def stored_usage(trajectory: dict[str, Any] | None) -> dict[str, Any]:
     """The model and simulated user usage of a trajectory as stored JSON reads back (None each
     without a model or user turn: it becomes a model only when it has one)."""
     steps = trajectory["steps"] if trajectory is not None else ()
-    counted = Trajectory.model_validate(trajectory) if any(step["kind"] in (MODEL_STEP, USER_STEP) for step in steps) else Trajectory()
+    if not any(step["kind"] in (MODEL_STEP, USER_STEP) for step in steps):
+        return dict(_NO_USAGE)
+    counted = Trajectory.model_validate(trajectory)
     return {**counted.model_usage(), **counted.user_usage()}
+
+
+_NO_USAGE = {**Trajectory().model_usage(), **Trajectory().user_usage()}
 
 
 class RecordingRow(RunText):
@@ -128,8 +135,13 @@ class RecordingRow(RunText):
     def as_run(self) -> RecordedRun:
         """The recording as a model (for scripts, tests and certification's reference runs)."""
         nested = {name: from_json(getattr(self, name)) for name in RUN_TEXT if getattr(self, name) is not None}
-        scalars = {name: getattr(self, name) for name in RecordedRun.model_fields if name in RecordingRow.model_fields and name not in nested}
+        scalars = {name: getattr(self, name) for name in _SHARED_SCALARS}
         return RecordedRun.model_validate({**scalars, **nested})
+
+
+# The fields a recording and its row share beyond RUN_TEXT (named once: a model's
+# `model_fields` is a property, slow to ask per case).
+_SHARED_SCALARS = tuple(name for name in RecordingRow.model_fields if name in RecordedRun.model_fields and name not in RUN_TEXT)
 
 
 class ReplayResult(RunResult):

@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterator
 from ..model.config import PROJECT_FILE
 from ..model.errors import ProjectError
 from ..model.fingerprints import imported_file_digests
-from ..model.records import RecordedRun, RecordingRow, ReplayResult, RunResult, RunText
+from ..model.records import RUN_TEXT, RecordedRun, RecordingRow, ReplayResult, RunText
 from .reference import ReferencePlayer, load_reference
 from .runner import SandboxRunner, can_replay
 from .spec import SandboxSettings, build_system
@@ -77,29 +77,39 @@ def tasks_on(channel: socket.socket) -> Iterator[bytes]:
 
 def as_line(message: WorkerMessage) -> bytes:
     """The message as one JSON line (what the system recorded is JSON text in it already:
-    `recording_row`, `replay_text`)."""
-    return message.model_dump_json().encode() + b"\n"
+    `recording_row`, `replay_text`). Text the system gave that is not UTF-8 (an error's lone
+    surrogate, say) makes the case `not_json`, never an unreadable answer."""
+    try:
+        return message.model_dump_json().encode() + b"\n"
+    except ValueError:  # pydantic's PydanticSerializationError
+        field = "recorded" if message.recorded is not None else "replayed"
+        return in_json(getattr(message, field), lambda run: message.model_copy(update={field: run}).model_dump_json().encode() + b"\n")
 
 
-def not_json(run: RunResult, problem: ValueError) -> Any:
-    """`run`, its trajectory not JSON: the case is `not_json`, never an unreadable answer."""
-    return run.model_copy(update={"status": "not_json", "error": f"what the system recorded is not JSON: {problem}", "trajectory": None})
+def in_json(run: Any, convert: Callable[[Any], Any]) -> Any:
+    """`convert(run)`; when what the system recorded is not JSON, `convert` of the run as
+    `not_json`: its trajectory dropped, and its output and state too if they are not JSON
+    either (a lone surrogate in a text, say)."""
+    try:
+        return convert(run)
+    except ValueError as problem:  # pydantic's PydanticSerializationError
+        for dropped in (("trajectory",), RUN_TEXT):
+            fields = {"status": "not_json", "error": f"what the system recorded is not JSON: {problem}", **dict.fromkeys(dropped)}
+            try:
+                return convert(run.model_copy(update=fields))
+            except ValueError:
+                continue
+        raise
 
 
 def recording_row(run: RecordedRun) -> RecordingRow:
-    """The recording as its row (a trajectory that is not JSON makes it `not_json`)."""
-    try:
-        return run.as_row()
-    except ValueError as problem:  # pydantic's PydanticSerializationError
-        return not_json(run, problem).as_row()
+    """The recording as its row (one not JSON is `not_json`: `in_json`)."""
+    return in_json(run, RecordedRun.as_row)
 
 
 def replay_text(result: ReplayResult) -> RunText:
-    """The replay as its text (a trajectory that is not JSON makes it `not_json`)."""
-    try:
-        return result.as_text()
-    except ValueError as problem:  # pydantic's PydanticSerializationError
-        return not_json(result, problem).as_text()
+    """The replay as its text (one not JSON is `not_json`: `in_json`)."""
+    return in_json(result, ReplayResult.as_text)
 
 
 def version_refusal(settings: SandboxSettings, reported: str | None) -> str | None:
