@@ -1,7 +1,9 @@
 """What travels on a worker's channel (run/supervisor.py sends, run/worker.py answers): one
 JSON line per task, one per answer. A case and a recorded trajectory may travel as the JSON
 text they are stored as (`StoredCase`, `EncodedTask`): the evaluating process need not make
-them models only to encode them again; the worker validates every task."""
+them models only to encode them again; the worker validates every task. A recording comes
+back as its row (`RecordingRow`), a replay as its text (`RunText`): what the system recorded
+as the canonical JSON text the tables store, for the same reason the other way."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from ..model.cases import CaseRecord
-from ..model.records import RecordedRun, ReplayResult
+from ..model.records import RecordingRow, RunText
 from ..model.trajectory import Checkpoint, ToolChange, Trajectory
 
 
@@ -101,8 +103,10 @@ class WorkerMessage(BaseModel):
 
     ready: SystemFacts | None = None
     failed: list[str] | None = None
-    recorded: RecordedRun | None = None
-    replayed: ReplayResult | None = None
+    # A recording as its row (its trajectory JSON text the evaluating process writes through).
+    recorded: RecordingRow | None = None
+    # A replay as its text (its trajectory JSON text, made a model here only to judge it).
+    replayed: RunText | None = None
     # The worker interrupted this task at its deadline and is ending: not to be trusted.
     retire: bool = False
     # The worker could not serve the task at all (never one of the system's failures).

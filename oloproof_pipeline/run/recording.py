@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 from json.encoder import encode_basestring_ascii
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -24,8 +23,7 @@ import pyarrow as pa
 from ..model.cases import CaseRecord
 from ..model.config import Project, ProjectConfig
 from ..model.fingerprints import CodeFingerprint, row_key, system_code_fingerprint
-from ..model.records import RecordedRun
-from ..model.trajectory import Trajectory
+from ..model.records import RecordedRun, RecordingRow
 from ..model.trials import FIRST_TRIAL
 from ..store.assembly import AssembledTable
 from ..store.decoding import MODELS_AT_ONCE
@@ -87,35 +85,39 @@ def recording_key(
     return row_key("recording", *parts)
 
 
-def recording_row(run: RecordedRun, code: CodeFingerprint, config: ProjectConfig) -> dict[str, Any]:
-    """A finished recording as a table (and journal) row, with the code (and the simulated
-    user) that made it, its model usage and what that cost by `pricing`, and its simulated
-    user's usage apart."""
-    trajectory = run.trajectory or Trajectory()
-    usage = trajectory.model_usage()
-    simulator = simulator_digest(config.system.simulated_user)
-    key = recording_key(run.case_digest, run.system_version, code.digest, run.recorded_by_run, run.status, simulator)
-    return {
-        **run.model_dump(mode="json", exclude={"found_files"}),
+def recording_row(
+    run: RecordingRow, run_id: str | None, code: CodeFingerprint, code_files: str, config: ProjectConfig, simulator: str | None
+) -> dict[str, Any]:
+    """A finished recording as a table (and journal) row, its nested values the JSON text its
+    worker sent: with the run, the code (`code_files`: with the modules found imported with it)
+    and the simulated user that made it, and what its model usage cost by `pricing`."""
+    columns = run.__dict__  # the model's fields, read as they are (no copy per case)
+    added = {
+        "recorded_by_run": run_id,
         "code_fingerprint": code.digest,
-        "code_files": code_files_text(code, run.found_files),
-        "recording_key": key,
-        **usage,
-        "cost_usd": cost_usd(config, usage),
+        "code_files": code_files,
+        "recording_key": recording_key(run.case_digest, run.system_version, code.digest, run_id, run.status, simulator),
+        "cost_usd": cost_usd(config, columns),
         "simulator_digest": simulator,
-        **trajectory.user_usage(),
     }
+    return {name: added[name] if name in added else columns[name] for name in RECORDED_RUNS_SCHEMA.names}
 
 
-def code_files_text(code: CodeFingerprint, found: dict[str, str] | None) -> str:
-    """A recording's `code_files`: the same for nearly every case a worker records, so each
-    distinct text is made once rather than sorted and encoded per case."""
-    return _code_files_text(code.digest, tuple(code.files.items()), tuple((found or {}).items()))
+class CodeFilesText:
+    """The `code_files` of a stage's recordings: the same for nearly every case a worker
+    records, so each distinct text is made once (per set of modules found imported) rather
+    than sorted and encoded per case."""
 
+    def __init__(self, code: CodeFingerprint):
+        self.code = code
+        self._texts: dict[tuple[tuple[str, str], ...], str] = {}
 
-@lru_cache(maxsize=64)
-def _code_files_text(digest: str, files: tuple[tuple[str, str], ...], found: tuple[tuple[str, str], ...]) -> str:
-    return CodeFingerprint(digest, dict(files)).with_found(dict(found)).files_text
+    def __call__(self, found: dict[str, str] | None) -> str:
+        key = tuple(found.items()) if found else ()
+        text = self._texts.get(key)
+        if text is None:
+            text = self._texts[key] = self.code.with_found(found).files_text
+        return text
 
 
 def same_simulator(known: pd.DataFrame, simulator: str | None) -> pd.Series:
@@ -237,12 +239,13 @@ class RecordingStage:
     version: str
     run_id: str
     fresh: bool = False
-    on_recorded: Callable[[RecordedRun], None] | None = None
+    on_recorded: Callable[[RecordingRow], None] | None = None
     stored: StoredWork = RECORDINGS
     trials: range = range(FIRST_TRIAL, FIRST_TRIAL + 1)
 
     def __post_init__(self) -> None:
         self.code = system_code_fingerprint(self.project)
+        self.code_files = CodeFilesText(self.code)
         self.simulator = simulator_digest(self.project.config.system.simulated_user)
         self.keys = self.cases.columns("case_id", "case_digest")
 
@@ -278,13 +281,12 @@ class RecordingStage:
         )
         return Left(items, RECORD)
 
-    def finished(self, recordings: Recordings, item: tuple[int, CaseRecord], result: Any) -> dict[str, Any]:
+    def finished(self, recordings: Recordings, item: tuple[int, StoredCase], result: Any) -> dict[str, Any]:
         trial, case = item
         run = lost_recording(case, result, self.version)
-        run.recorded_by_run = self.run_id
-        new = recordings.new[trial]
-        row = new.encoded(self.row(recording_row(run, self.code, self.project.config), trial))
-        new.add_encoded(row)
+        columns = recording_row(run, self.run_id, self.code, self.code_files(run.found_files), self.project.config, self.simulator)
+        row = self.row(columns, trial)
+        recordings.new[trial].add_encoded(row)
         recordings.summary.failed += run.status != OK
         if self.on_recorded is not None:
             self.on_recorded(run)
@@ -339,7 +341,7 @@ def record_case_rows(
     version: str,
     run_id: str,
     fresh: bool = False,
-    on_recorded: Callable[[RecordedRun], None] | None = None,
+    on_recorded: Callable[[RecordingRow], None] | None = None,
     sandboxes: Sandboxes | None = None,
     system: ResolvedSystem | None = None,
 ) -> tuple[AssembledTable, RecordingSummary]:
@@ -396,7 +398,7 @@ def record_cases(
     version: str,
     run_id: str,
     fresh: bool = False,
-    on_recorded: Callable[[RecordedRun], None] | None = None,
+    on_recorded: Callable[[RecordingRow], None] | None = None,
     sandboxes: Sandboxes | None = None,
     system: ResolvedSystem | None = None,
 ) -> tuple[list[RecordedRun], RecordingSummary]:

@@ -26,7 +26,7 @@ from ..model.config import PROJECT_FILE, Project
 from ..model.errors import ProjectError
 from ..model.faults import FaultPlan, FaultReplay, NoTextToChange, checkpoint_before
 from ..model.outcomes import MISSING
-from ..model.records import RecordedRun, ReplayResult
+from ..model.records import RecordedRun, RunText
 from ..model.trajectory import Checkpoint, Trajectory
 from ..store.decoding import MODELS_AT_ONCE, replay_models
 from ..store.stored import StoredTable
@@ -130,9 +130,12 @@ class ReplayWork:
             self._digests = dict(zip(self.candidates.index, self.candidates["judging_digest"]))
         return self._digests
 
-    def decide(self, position: int, replay: FaultReplay) -> dict[str, Any]:
-        """The candidate's row, decided now, as the table holds it (also what its journal line is)."""
-        row = self.decided.encoded({**replay.model_dump(mode="json"), "judging_digest": self._judging_digests()[position]})
+    def decide(self, position: int, replay: FaultReplay, texts: dict[str, str | None] | None = None) -> dict[str, Any]:
+        """The candidate's row, decided now, as the table holds it (also what its journal line
+        is); `texts`: columns whose JSON text came from the worker, written as they are."""
+        texts = texts or {}
+        row = self.decided.encoded({**replay.model_dump(mode="json", exclude=set(texts)), "judging_digest": self._judging_digests()[position]})
+        row.update(texts)
         self.decided.add_encoded(row)
         self.decided_at.append(position)
         return row
@@ -146,6 +149,20 @@ class StoredRecording:
     recorded_by_run: str | None
     trajectory_text: str | None
     trajectory: Trajectory | None
+
+
+@dataclass(frozen=True)
+class ReplayedCase:
+    """A candidate's replays, judged (`replay`, their trajectories models to judge them by),
+    and what they recorded as the JSON text the worker sent (`texts`: the row's columns of
+    it, written through)."""
+
+    replay: FaultReplay
+    texts: dict[str, str | None]
+
+    @property
+    def duration_s(self) -> float:
+        return self.replay.duration_s
 
 
 def stored_recordings(runs: StoredTable, positions: Iterable[int]) -> dict[int, StoredRecording]:
@@ -327,7 +344,7 @@ def unreplayable(project: Project, pending: list[LeftToReplay]) -> list[str]:
 
 def replay_one(
     runner: SupervisedSandbox, item: PendingReplay, version: str, run_id: str, refusal: list[str] | None = None
-) -> FaultReplay:
+) -> ReplayedCase:
     """The control replay, then the faulted one, stored whole and judged. With `refusal`,
     the launch did not know whether the system can be replayed: its worker says, and one
     that cannot be is refused before anything is replayed."""
@@ -345,7 +362,7 @@ def refuse_unreplayable(facts: SystemFacts, refusal: list[str] | None) -> None:
 
 def replayed(
     runner: SupervisedSandbox, item: PendingReplay, answers: list[tuple[EncodedTask, Any]], version: str, run_id: str
-) -> FaultReplay:
+) -> ReplayedCase:
     """`replay_one`'s result from its two tasks' answers (run/local_sandboxes.py sends and reads them)."""
     (_, control), (_, faulted) = answers
     return fault_replay(item, replay_result(control), replay_result(faulted), version, run_id)
@@ -353,7 +370,7 @@ def replayed(
 
 def replay_side_by_side(
     runner: SupervisedSandbox, items: Iterable[PendingReplay], version: str, run_id: str, refusal: list[str] | None = None
-) -> Iterator[tuple[PendingReplay, FaultReplay]]:
+) -> Iterator[tuple[PendingReplay, ReplayedCase]]:
     """`replay_one` for a stream of items on a sandbox that runs cases side by side (a chat
     agent's `concurrency.system`): every control and faulted replay is one task among them."""
     refuse_unreplayable(runner.facts(), refusal)
@@ -374,8 +391,10 @@ def replay_tasks(item: PendingReplay) -> list[EncodedTask]:
     ]
 
 
-def fault_replay(item: PendingReplay, control: ReplayResult, faulted: ReplayResult, version: str, run_id: str) -> FaultReplay:
-    """One candidate's replays as its stored row, judged."""
+def fault_replay(item: PendingReplay, control_text: RunText, faulted_text: RunText, version: str, run_id: str) -> ReplayedCase:
+    """One candidate's replays as its stored row, judged (their trajectories made models to
+    judge them by; the row takes what they recorded as the text the worker sent)."""
+    control, faulted = control_text.as_result(), faulted_text.as_result()
     replay = FaultReplay(
         **item_row(item, version),
         outcome=MISSING,
@@ -393,7 +412,11 @@ def fault_replay(item: PendingReplay, control: ReplayResult, faulted: ReplayResu
         duration_s=round(control.duration_s + faulted.duration_s, 6),
         replayed_by_run=run_id,
     )
-    return judged(replay, item.recording.trajectory, item.plan)
+    texts = {
+        "control_trajectory": control_text.trajectory, "faulted_trajectory": faulted_text.trajectory,
+        "faulted_output": faulted_text.output, "faulted_environment_state": faulted_text.environment_state,
+    }
+    return ReplayedCase(judged(replay, item.recording.trajectory, item.plan), texts)
 
 
 def item_row(item: PendingReplay, version: str) -> dict[str, Any]:
@@ -438,10 +461,10 @@ class ReplayStage:
         return Left(items, task)
 
     def finished(self, work: ReplayWork, item: PendingReplay, result: Any) -> dict[str, Any]:
-        replay = worker_failed(item, result, self.version, self.run_id) if isinstance(result, Exception) else result
+        done = ReplayedCase(worker_failed(item, result, self.version, self.run_id), {}) if isinstance(result, Exception) else result
         work.summary.new += 1
-        work.summary.failed += not replay.completed
-        return work.decide(item.position, replay)
+        work.summary.failed += not done.replay.completed
+        return work.decide(item.position, done.replay, done.texts)
 
     def assemble(self, work: ReplayWork) -> tuple[pd.DataFrame, ReplaySummary]:
         for decoded in (self.cases, self.runs):  # the columns the replays' models were made from

@@ -29,11 +29,11 @@ from ..model.cases import CaseRecord
 from ..model.config import ExecutionConfig
 from ..model.digests import canonical_json
 from ..model.errors import PipelineError, ProjectError
-from ..model.records import RecordedRun
+from ..model.records import RecordedRun, RecordingRow
 from .budget import BudgetExhausted
 from .local_sandboxes import SandboxTask, on_local_sandboxes
 from .spec import SandboxSettings
-from .channel import AnyTask, record_task
+from .channel import AnyTask, StoredCase, record_task
 from .supervisor import SupervisedSandbox
 from .worker_processes import start_fork_server
 
@@ -263,22 +263,23 @@ class ClusterThreads:
 Tagged = tuple[Any, CaseRecord]
 
 
-def record_case(sandbox: SupervisedSandbox, item: Tagged) -> RecordedRun:
-    return sandbox.record(item[1])
+def record_case(sandbox: SupervisedSandbox, item: Tagged) -> RecordingRow:
+    [row] = sandbox.record_rows([item[1]])
+    return row
 
 
-def record_cases_in_turn(sandbox: SupervisedSandbox, items: Iterable[Tagged]) -> Iterator[tuple[Tagged, RecordedRun]]:
-    """(item, its case's recording) in order, on one worker (`SupervisedSandbox.record_each`)."""
+def record_cases_in_turn(sandbox: SupervisedSandbox, items: Iterable[Tagged]) -> Iterator[tuple[Tagged, RecordingRow]]:
+    """(item, its case's recording) in order, on one worker (`SupervisedSandbox.record_rows`)."""
     asked, answered = tee(items)
-    for run in sandbox.record_each(case for _, case in asked):  # one recording per case, in order
-        yield next(answered), run
+    for row in sandbox.record_rows(case for _, case in asked):  # one recording per case, in order
+        yield next(answered), row
 
 
 def record_tasks(item: Tagged) -> list[AnyTask]:
     return [record_task(item[1])]
 
 
-def recorded(sandbox: SupervisedSandbox, item: Tagged, answers: list[tuple[AnyTask, Any]]) -> RecordedRun:
+def recorded(sandbox: SupervisedSandbox, item: Tagged, answers: list[tuple[AnyTask, Any]]) -> RecordingRow:
     [(task, answer)] = answers
     return sandbox.recording(task, answer)
 
@@ -286,21 +287,22 @@ def recorded(sandbox: SupervisedSandbox, item: Tagged, answers: list[tuple[AnyTa
 RECORD = SandboxTask(one=record_case, each=record_cases_in_turn, tasks=record_tasks, result=recorded)
 
 
-def lost_recording(case: CaseRecord, result: RecordedRun | Exception, version: str) -> RecordedRun:
-    """A case's recording; for a Dask worker that died running it (KilledWorker), an error naming that."""
+def lost_recording(case: CaseRecord | StoredCase, result: RecordingRow | Exception, version: str) -> RecordingRow:
+    """A case's recording (as its row); for a Dask worker that died running it (KilledWorker),
+    or a case the budget left unrun, an error naming that."""
     if not isinstance(result, Exception):
         return result
     return RecordedRun(
         case_id=case.case_id, case_digest=case.case_digest, system_version=version, status="error",
         error=str(result) if isinstance(result, BudgetExhausted)
         else f"the Dask worker running this case failed: {type(result).__name__}: {result}",
-    )
+    ).as_row()
 
 
 def record_each(settings: SandboxSettings, cases: Iterable[CaseRecord], *, sandboxes: "Sandboxes | None" = None) -> Iterator[RecordedRun]:
     """Each case's recording, yielded as soon as it finishes."""
     for (_, case), result in in_sandboxes(settings, ((None, case) for case in cases), RECORD, sandboxes=sandboxes):
-        yield lost_recording(case, result, settings.version)
+        yield lost_recording(case, result, settings.version).as_run()
 
 
 class Sandboxes:

@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from ..model.cases import CaseRecord
 from ..model.errors import PipelineError
-from ..model.records import RecordedRun, ReplayResult
+from ..model.records import RecordedRun, RecordingRow, ReplayResult, RunText
 from ..model.trajectory import Checkpoint, ToolChange, Trajectory
 from .channel import AnyTask, EncodedTask, ReplayTask, StoredCase, SystemFacts, WorkerMessage, numbered, record_task, task_line
 from .spec import SandboxSettings, SystemSpec
@@ -66,29 +66,34 @@ class SupervisedSandbox:
         return list(self.record_each([case]))[0]
 
     def record_each(self, cases: Iterable[CaseRecord | StoredCase]) -> Iterator[RecordedRun]:
-        """Each case's recording, in order; the next case is sent when the caller asks for
-        it, so whatever the caller does with a recording (journal it) happens before the
-        system starts the next case."""
+        """Each case's recording, in order, as a model (`record_rows`, for scripts and tests)."""
+        return (row.as_run() for row in self.record_rows(cases))
+
+    def record_rows(self, cases: Iterable[CaseRecord | StoredCase]) -> Iterator[RecordingRow]:
+        """Each case's recording as its row, in order; the next case is sent when the caller
+        asks for it, so whatever the caller does with a recording (journal it) happens
+        before the system starts the next case."""
         for task, answer in self._run_tasks(record_task(case) for case in cases):
             yield self.recording(task, answer)
 
-    def recording(self, task: AnyTask, answer: Any) -> RecordedRun:
-        """A record task's answer as its recording (a case its worker ended or overran on: that status)."""
+    def recording(self, task: AnyTask, answer: Any) -> RecordingRow:
+        """A record task's answer as its recording's row (a case its worker ended or overran on: that status)."""
         if isinstance(answer, WorkerLost):
-            return RecordedRun(
+            lost = RecordedRun(
                 case_id=task.case.case_id, case_digest=task.case.case_digest, system_version=self.settings.version,
                 status=answer.status, error=answer.error, duration_s=answer.duration_s,
             )
+            return lost.as_row()
         return answer.recorded
 
     def replay(
         self, case: CaseRecord, trajectory: Trajectory, checkpoint: Checkpoint, change: ToolChange | None
     ) -> ReplayResult:
         [result] = list(self.replay_each([ReplayTask(case=case, trajectory=trajectory, checkpoint=checkpoint, change=change)]))
-        return result
+        return result.as_result()
 
-    def replay_each(self, tasks: Iterable[ReplayTask | EncodedTask], *, together: bool = False) -> Iterator[ReplayResult]:
-        """Each replay's result, in order (one at a time, or side by side). `together`: the
+    def replay_each(self, tasks: Iterable[ReplayTask | EncodedTask], *, together: bool = False) -> Iterator[RunText]:
+        """Each replay's result as its text, in order (one at a time, or side by side). `together`: the
         tasks are one item's (a control and a faulted replay of one case), all sent at once,
         so the worker starts each as the one before ends instead of waiting on this process."""
         for _, answer in self._run_tasks(tasks, together=together):
@@ -292,10 +297,10 @@ class SupervisedSandbox:
         self.close()
 
 
-def replay_result(answer: Any) -> ReplayResult:
-    """A replay task's answer as its result (a replay its worker ended or overran on: that status)."""
+def replay_result(answer: Any) -> RunText:
+    """A replay task's answer as its result's text (a replay its worker ended or overran on: that status)."""
     if isinstance(answer, WorkerLost):
-        return ReplayResult(status=answer.status, error=answer.error, duration_s=answer.duration_s)
+        return RunText(status=answer.status, error=answer.error, duration_s=answer.duration_s)
     return answer.replayed
 
 

@@ -18,7 +18,7 @@ import pandas as pd
 from ..evaluators.trials import later_trials, of_trial
 from ..model.config import Project
 from ..model.fingerprints import row_key
-from ..model.records import RecordedRun
+from ..model.records import RecordedRun, RecordingRow
 from ..store.layout import table_path, write_table_file
 from ..store.stored import StoredTable
 from ..store.tables import RUN_NESTED, TRIAL_RUNS_SCHEMA, frame_from_rows
@@ -77,7 +77,7 @@ def record_trial_table(
     version: str,
     run_id: str,
     fresh: bool = False,
-    on_recorded: Callable[[RecordedRun], None] | None = None,
+    on_recorded: Callable[[RecordingRow], None] | None = None,
     sandboxes: Sandboxes | None = None,
     system: ResolvedSystem | None = None,
 ) -> tuple[pd.DataFrame | None, RecordingSummary]:

@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterator
 from ..model.config import PROJECT_FILE
 from ..model.errors import ProjectError
 from ..model.fingerprints import imported_file_digests
-from ..model.records import RecordedRun, ReplayResult
+from ..model.records import RUN_TEXT, RecordedRun, RecordingRow, ReplayResult, RunText
 from .reference import ReferencePlayer, load_reference
 from .runner import SandboxRunner, can_replay
 from .spec import SandboxSettings, build_system
@@ -76,15 +76,40 @@ def tasks_on(channel: socket.socket) -> Iterator[bytes]:
 
 
 def as_line(message: WorkerMessage) -> bytes:
-    """The message as one JSON line. What the system recorded (a tool's arguments or
-    result, say) may not be JSON: the case is then `not_json`, never an unreadable answer."""
+    """The message as one JSON line (what the system recorded is JSON text in it already:
+    `recording_row`, `replay_text`). Text the system gave that is not UTF-8 (an error's lone
+    surrogate, say) makes the case `not_json`, never an unreadable answer."""
     try:
         return message.model_dump_json().encode() + b"\n"
-    except ValueError as problem:  # pydantic's PydanticSerializationError
+    except ValueError:  # pydantic's PydanticSerializationError
         field = "recorded" if message.recorded is not None else "replayed"
-        result = getattr(message, field)
-        fields = {"status": "not_json", "error": f"what the system recorded is not JSON: {problem}", "trajectory": None}
-        return message.model_copy(update={field: result.model_copy(update=fields)}).model_dump_json().encode() + b"\n"
+        return in_json(getattr(message, field), lambda run: message.model_copy(update={field: run}).model_dump_json().encode() + b"\n")
+
+
+def in_json(run: Any, convert: Callable[[Any], Any]) -> Any:
+    """`convert(run)`; when what the system recorded is not JSON, `convert` of the run as
+    `not_json`: its trajectory dropped, and its output and state too if they are not JSON
+    either (a lone surrogate in a text, say)."""
+    try:
+        return convert(run)
+    except ValueError as problem:  # pydantic's PydanticSerializationError
+        for dropped in (("trajectory",), RUN_TEXT):
+            fields = {"status": "not_json", "error": f"what the system recorded is not JSON: {problem}", **dict.fromkeys(dropped)}
+            try:
+                return convert(run.model_copy(update=fields))
+            except ValueError:
+                continue
+        raise
+
+
+def recording_row(run: RecordedRun) -> RecordingRow:
+    """The recording as its row (one not JSON is `not_json`: `in_json`)."""
+    return in_json(run, RecordedRun.as_row)
+
+
+def replay_text(result: ReplayResult) -> RunText:
+    """The replay as its text (one not JSON is `not_json`: `in_json`)."""
+    return in_json(result, ReplayResult.as_text)
 
 
 def version_refusal(settings: SandboxSettings, reported: str | None) -> str | None:
@@ -101,10 +126,9 @@ def refused(task: RecordTask | ReplayTask, version: str, refusal: str) -> Worker
     """The answer to a task the system must not run: an error, never a result to trust."""
     if isinstance(task, RecordTask):
         case = task.case
-        return WorkerMessage(
-            recorded=RecordedRun(case_id=case.case_id, case_digest=case.case_digest, system_version=version, status="error", error=refusal)
-        )
-    return WorkerMessage(replayed=ReplayResult(status="error", error=refusal))
+        refusing = RecordedRun(case_id=case.case_id, case_digest=case.case_digest, system_version=version, status="error", error=refusal)
+        return WorkerMessage(recorded=refusing.as_row())
+    return WorkerMessage(replayed=ReplayResult(status="error", error=refusal).as_text())
 
 
 def serve(runner: SandboxRunner, task: RecordTask | ReplayTask, project_root: Path) -> WorkerMessage:
@@ -113,10 +137,10 @@ def serve(runner: SandboxRunner, task: RecordTask | ReplayTask, project_root: Pa
         # What the system is made of, found rather than declared: every module imported so far
         # (building it, and this case and the ones before) from outside the installed packages.
         result.found_files = imported_file_digests(project_root)
-        answer = WorkerMessage(recorded=result)
+        answer = WorkerMessage(recorded=recording_row(result))
     else:
         result = runner.replay(task.case, task.trajectory, task.checkpoint, task.change)
-        answer = WorkerMessage(replayed=result)
+        answer = WorkerMessage(replayed=replay_text(result))
     # A case interrupted at its deadline may have left the system half-way: retire.
     answer.retire = result.status == "timeout"
     return answer

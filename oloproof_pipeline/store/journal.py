@@ -38,6 +38,10 @@ def _member_name(name: str) -> str:
     return json.dumps(name) + ":"
 
 
+# One encoder for every line: `json.dumps` with an option builds a new one each call.
+_LINE = json.JSONEncoder(ensure_ascii=False)
+
+
 @lru_cache(maxsize=16)
 def _text_json(text: str) -> str:
     """A text the same on nearly every row (REPEATED_TEXT: the code a recording was made
@@ -77,7 +81,7 @@ class Journal:
         again, so a finished row is encoded once for its table and its journal."""
         nested = [name for name in json_text if name in row]
         repeated = [name for name in REPEATED_TEXT if isinstance(row.get(name), str)]
-        plain = json.dumps({name: value for name, value in row.items() if name not in nested and name not in repeated}, ensure_ascii=False)
+        plain = _LINE.encode({name: value for name, value in row.items() if name not in nested and name not in repeated})
         members = ",".join(
             [f"{_member_name(name)}{'null' if row[name] is None else row[name]}" for name in nested]
             + [f"{_member_name(name)}{_text_json(row[name])}" for name in repeated]
