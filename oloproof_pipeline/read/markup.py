@@ -69,13 +69,9 @@ def case_links(case_ids: list[str]) -> Markup:
 RUN_LINK_HOLE = "%s"
 
 
+@lru_cache(maxsize=4096)
 def run_link(run_id: str | None, dagster_url: str | None) -> Markup:
     """A short run id, linked to the run's page when a Dagster webserver URL is configured."""
-    return _run_link(run_id, dagster_url)
-
-
-@lru_cache(maxsize=4096)
-def _run_link(run_id: str | None, dagster_url: str | None) -> Markup:
     if not run_id:
         return Markup("-")
     short = f'<code title="{escaped(run_id)}">{escaped(short_run_id(run_id))}</code>'
@@ -90,7 +86,7 @@ def with_run_links(section: str, run_ids: tuple[str | None, ...], dagster_url: s
 @lru_cache(maxsize=1024)
 def _run_links(run_ids: tuple[str | None, ...], dagster_url: str | None) -> tuple[Markup, ...]:
     """A panel's run links: most panels of a report link to the same few runs in the same order."""
-    return tuple([_run_link(run_id, dagster_url) for run_id in run_ids])
+    return tuple([run_link(run_id, dagster_url) for run_id in run_ids])
 
 
 def table_head(headers: list[str]) -> Markup:

@@ -50,7 +50,7 @@ PAIR_HEAD = (
 TABLE_END = "</tbody></table>"
 OUTCOME = f'<span class="{TEXT}">{TEXT}</span>'  # `markup.outcome_span`: the outcome is its two values
 CASE_LINK = f'<a href="#case-{TEXT}">{TEXT}</a>'  # `markup.case_link`: the id is its two values
-CALL_CELLS = f"<td>{TEXT}</td><td>{TEXT}</td><td>{TEXT}</td>"  # `markup.call_cells`
+CALL_CELLS = f"<td>{TEXT}</td><td>{TEXT}</td><td>{TEXT}</td>"  # a tool call: tool, arguments, result
 NO_CALL_CELLS = "<td>-</td><td>-</td><td>-</td>"
 # Its runs (`report_view.PANEL_RUN_LINK_FIELDS`) as holes.
 VERDICT_ROW = (
@@ -79,7 +79,7 @@ class PanelHtml:
         return found
 
     def call_cells(self, call: dict[str, Any] | None) -> None:
-        """`markup.call_cells`."""
+        """A tool call as three cells (tool, arguments, result), or three dashes for none."""
         if call is None:
             self.markup.append(NO_CALL_CELLS)
         else:

@@ -292,11 +292,11 @@ def lost_recording(case: CaseRecord | StoredCase, result: RecordingRow | Excepti
     or a case the budget left unrun, an error naming that."""
     if not isinstance(result, Exception):
         return result
-    return RecordedRun(
+    return RecordingRow(
         case_id=case.case_id, case_digest=case.case_digest, system_version=version, status="error",
         error=str(result) if isinstance(result, BudgetExhausted)
         else f"the Dask worker running this case failed: {type(result).__name__}: {result}",
-    ).as_row()
+    )
 
 
 def record_each(settings: SandboxSettings, cases: Iterable[CaseRecord], *, sandboxes: "Sandboxes | None" = None) -> Iterator[RecordedRun]:

@@ -79,11 +79,10 @@ class SupervisedSandbox:
     def recording(self, task: AnyTask, answer: Any) -> RecordingRow:
         """A record task's answer as its recording's row (a case its worker ended or overran on: that status)."""
         if isinstance(answer, WorkerLost):
-            lost = RecordedRun(
+            return RecordingRow(
                 case_id=task.case.case_id, case_digest=task.case.case_digest, system_version=self.settings.version,
                 status=answer.status, error=answer.error, duration_s=answer.duration_s,
             )
-            return lost.as_row()
         return answer.recorded
 
     def replay(

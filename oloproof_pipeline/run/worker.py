@@ -126,9 +126,9 @@ def refused(task: RecordTask | ReplayTask, version: str, refusal: str) -> Worker
     """The answer to a task the system must not run: an error, never a result to trust."""
     if isinstance(task, RecordTask):
         case = task.case
-        refusing = RecordedRun(case_id=case.case_id, case_digest=case.case_digest, system_version=version, status="error", error=refusal)
-        return WorkerMessage(recorded=refusing.as_row())
-    return WorkerMessage(replayed=ReplayResult(status="error", error=refusal).as_text())
+        refusing = RecordingRow(case_id=case.case_id, case_digest=case.case_digest, system_version=version, status="error", error=refusal)
+        return WorkerMessage(recorded=refusing)
+    return WorkerMessage(replayed=RunText(status="error", error=refusal))
 
 
 def serve(runner: SandboxRunner, task: RecordTask | ReplayTask, project_root: Path) -> WorkerMessage:

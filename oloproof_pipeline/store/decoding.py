@@ -25,9 +25,9 @@ def _models(table: StoredTable, positions: Iterable[int], model: type[BaseModel]
         return {position: model.model_validate(row) for position, row in zip(unique, table.rows(unique, names, nested))}
 
 
-def _fields(table: StoredTable, model: type[BaseModel]) -> list[str]:
-    """The model's fields the table has (a table older than a field leaves its default)."""
-    names = set(table.names)
+def _fields(columns: Iterable[str], model: type[BaseModel]) -> list[str]:
+    """The model's fields among a table's `columns` (a table older than a field leaves its default)."""
+    names = set(columns)
     return [name for name in model.model_fields if name in names]
 
 
@@ -38,12 +38,12 @@ def case_models(cases: StoredTable, positions: Iterable[int]) -> dict[int, CaseR
 
 def run_models(runs: StoredTable, positions: Iterable[int]) -> dict[int, RecordedRun]:
     """Position -> the recording there."""
-    return _models(runs, positions, RecordedRun, _fields(runs, RecordedRun), RUN_NESTED)
+    return _models(runs, positions, RecordedRun, _fields(runs.names, RecordedRun), RUN_NESTED)
 
 
 def replay_models(replays: StoredTable, positions: Iterable[int]) -> dict[int, FaultReplay]:
     """Position -> the fault replay there."""
-    return _models(replays, positions, FaultReplay, _fields(replays, FaultReplay), FAULT_REPLAY_NESTED)
+    return _models(replays, positions, FaultReplay, _fields(replays.names, FaultReplay), FAULT_REPLAY_NESTED)
 
 
 def case_stream(cases: StoredTable, positions: list[int]) -> Iterator[CaseRecord]:
@@ -63,7 +63,7 @@ def models_in(rows: pa.Table, positions: Iterable[int], model: type[BaseModel], 
     if not unique:
         return {}
     taken = rows.take(pa.array(unique, pa.int64()))
-    names = [name for name in model.model_fields if name in taken.column_names]
+    names = _fields(taken.column_names, model)
     parsed = set(nested)
     columns = [taken.column(name).to_pylist() for name in names]
     values = [[from_json_text(text) for text in column] if name in parsed else column for name, column in zip(names, columns)]
