@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from .digests import digest
-from .paths import ABSENT, DottedPath, read_path, split_path, write_keys
+from .paths import ABSENT, DottedPath, path_keys, read_path, write_keys
 from .records import EnvironmentState, RecordedRun, ReplayResult
 from .trajectory import Checkpoint, ToolChange, Trajectory
 from .transforms import change_text
@@ -68,7 +68,7 @@ class ResultTemplate(BaseModel):
         new_text = change_text(text, template=self.template, replace=None if self.replace is None else list(self.replace))
         if new_text == text:
             raise NoTextToChange(f"{where} is unchanged by the template")
-        return write_keys(result, split_path(self.field), new_text)
+        return write_keys(result, path_keys(self.field), new_text)
 
 
 class FaultPlan(BaseModel):

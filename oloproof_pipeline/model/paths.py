@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 import re
 from functools import lru_cache
-from typing import Annotated, Any, Final, Iterable
+from typing import Annotated, Any, Final, Iterable, Sequence
 
 from pydantic import AfterValidator
 
@@ -153,7 +153,7 @@ def read_path(data: Any, path: str) -> Any:
     return read_keys(data, path_keys(path))
 
 
-def write_keys(data: Any, keys: list[str], value: Any) -> Any:
+def write_keys(data: Any, keys: Sequence[str], value: Any) -> Any:
     """A copy of `data` with `value` at `keys`, whose parent `read_keys` finds."""
     if not keys:
         return value

@@ -14,7 +14,7 @@ import copy
 import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
@@ -22,7 +22,7 @@ from .cases import CaseRecord, read_jsonl
 from .config import PROJECT_FILE, Project, TransformConfig, read_yaml
 from .digests import case_digest, pair_digest, transform_digest
 from .errors import ProjectError, describe_validation_error, yaml_line
-from .paths import ABSENT, read_keys, split_path, write_keys
+from .paths import ABSENT, path_keys, read_keys, write_keys
 
 LabelStatus = Literal["kept", "rejected", "unlabelled"]
 
@@ -69,7 +69,7 @@ WORLD_FIELD = "initial_state"
 
 def changes_world(transform: TransformConfig) -> bool:
     """The transform writes into the starting state, not the input."""
-    keys = split_path(transform.field)
+    keys = path_keys(transform.field)
     return len(keys) > 1 and keys[0] == WORLD_FIELD
 
 
@@ -81,19 +81,19 @@ def _field_name(transform: TransformConfig) -> str:
 
 def transformed_input(transform: TransformConfig, source_input: Any) -> Any:
     """The source's input with the transform applied to its field."""
-    return _transformed(transform, source_input, split_path(transform.field))
+    return _transformed(transform, source_input, path_keys(transform.field))
 
 
 def transformed_world(transform: TransformConfig, source_state: dict[str, Any] | None) -> dict[str, Any] | None:
     """The source's starting state with the transform applied at its field, or None when the
     field names nothing there (that case gets no copy: the world holds no such text)."""
-    keys = split_path(transform.field)[1:]
+    keys = path_keys(transform.field)[1:]
     if source_state is None or read_keys(source_state, keys) is ABSENT:
         return None
     return _transformed(transform, source_state, keys)
 
 
-def _transformed(transform: TransformConfig, data: Any, keys: list[str]) -> Any:
+def _transformed(transform: TransformConfig, data: Any, keys: Sequence[str]) -> Any:
     text = read_keys(data, keys)
     if text is ABSENT:
         raise TransformProblem(f"{_field_name(transform)} is not a string (it is absent)")
@@ -107,7 +107,7 @@ def _transformed(transform: TransformConfig, data: Any, keys: list[str]) -> Any:
 
 def field_text(transform: TransformConfig, case: CaseRecord) -> Any:
     """The text the transform reads (a source) or wrote (a copy); None when there is none."""
-    keys = split_path(transform.field)
+    keys = path_keys(transform.field)
     data = case.input
     if changes_world(transform):
         keys, data = keys[1:], case.initial_state
