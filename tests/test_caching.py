@@ -23,6 +23,7 @@ from oloproof_pipeline.model import transforms
 from oloproof_pipeline.model.cases import load_cases
 from oloproof_pipeline.project import load_project
 from oloproof_pipeline.run.recording import record_case_rows
+from oloproof_pipeline.store import copies
 from oloproof_pipeline.store.layout import reports_dir, table_path, write_table_file
 from oloproof_pipeline.store.stored import StoredTable
 from oloproof_pipeline.store.tables import case_table, derived_case_table
@@ -209,8 +210,8 @@ with __import__("pathlib").Path(__file__).with_name("pandas.log").open("a") as _
 
 def test_a_launch_derives_each_copy_at_most_once_and_starts_one_worker_per_stage_that_imports_no_pandas(counted_desk, instance, monkeypatch):
     derived: list[str] = []  # each copy derived in this process, by id
-    derive = transforms.derive_copy
-    monkeypatch.setattr(transforms, "derive_copy", lambda *args, **kwargs: noted(derived, derive(*args, **kwargs)))
+    derive = copies.copy_row
+    monkeypatch.setattr(copies, "copy_row", lambda *args, **kwargs: noted(derived, derive(*args, **kwargs)))
     app = counted_desk / "app.py"
     app.write_text(app.read_text() + NOTE_PANDAS)
 
@@ -230,9 +231,9 @@ def test_a_launch_derives_each_copy_at_most_once_and_starts_one_worker_per_stage
     assert len(imported) == 2 + 0 + 2
 
 
-def noted(derived: list[str], copy):
-    derived.append(copy.case_id)
-    return copy
+def noted(derived: list[str], row):
+    derived.append(row["case_id"])
+    return row
 
 
 def test_tables_stored_before_cache_keys_are_still_read_and_their_work_done_again(counted_desk, instance):

@@ -24,7 +24,10 @@ from oloproof_pipeline.model.transforms import as_the_copy_started, derive_cases
 from oloproof_pipeline.project import load_project
 from oloproof_pipeline.run.recording import record_cases
 from oloproof_pipeline.run.replaying import replay_faults
+from oloproof_pipeline.store.case_lines import checked_case_table
 from oloproof_pipeline.store.layout import table_path
+from oloproof_pipeline.store.reuse import derived_copies
+from oloproof_pipeline.store.tables import derived_case_table
 
 from conftest import write_project
 
@@ -164,6 +167,42 @@ def test_a_world_pair_digest_covers_the_world_so_labels_count_until_it_changes(t
     project = load_project(root)
     relabelled = {copy.case_id: copy.label_status for copy in derive_cases(project, load_cases(project)).copies}
     assert relabelled["gullible-1~note_injection"] == "unlabelled"
+
+
+def test_the_launch_makes_each_copy_from_stored_texts_exactly_as_a_derivation_from_models(tmp_path):
+    # The launch derives copies from the cases table's texts (store/copies.py), decoding only
+    # what a transform reads; a whole derivation (labelling, `derive_cases`) from models. Both
+    # must make the same rows, digests included: a world transform and an input one, starting
+    # states declared, non-ASCII text, metadata present on one case and null on the others.
+    root = mail_desk(tmp_path / "p")
+    config = json.loads((root / "oloproof.yaml").read_text(encoding="utf-8"))
+    config["metamorphic"]["transforms"].append({"name": "shout", "field": "agent", "template": "{value} — ÉCOUTE", "minimum_validity": 0.5})
+    (root / "oloproof.yaml").write_text(json.dumps(config, indent=2), encoding="utf-8")
+    data = root / "data" / "cases.jsonl"
+    lines = data.read_text(encoding="utf-8").splitlines()
+    first = json.loads(lines[0])
+    lines[0] = json.dumps({**first, "metadata": {"région": "Zürich", "tier": 2}}, ensure_ascii=False)
+    data.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    project = load_project(root)
+    launched = derived_copies(project, checked_case_table(project)).frame.drop(columns=["inputs_digest", "copy_key"])
+    modelled = derived_case_table(derive_cases(project, load_cases(project)).copies).drop(columns=["inputs_digest", "copy_key"])
+    assert sorted(launched["case_id"]) == [
+        "careful-1~note_injection", "careful-1~shout", "gullible-1~note_injection", "gullible-1~shout", "no-note~shout",
+    ]
+    pd.testing.assert_frame_equal(launched, modelled)
+
+
+def test_the_launch_names_a_transform_that_cannot_change_a_case_as_a_derivation_does(tmp_path):
+    root = mail_desk(tmp_path / "p")
+    config = (root / "oloproof.yaml").read_text().replace("initial_state.files.note.content", "initial_state.files.note")
+    (root / "oloproof.yaml").write_text(config, encoding="utf-8")
+    project = load_project(root)
+    with pytest.raises(ProjectError) as launched:
+        derived_copies(project, checked_case_table(project))
+    with pytest.raises(ProjectError) as modelled:
+        derive_cases(project, load_cases(project))
+    assert launched.value.problems == modelled.value.problems
+    assert "case careful-1 (" in launched.value.problems[0]
 
 
 def test_a_world_field_that_is_not_text_is_a_configuration_error(tmp_path):

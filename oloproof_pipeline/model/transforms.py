@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 import pickle
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
 from .cases import CaseRecord, read_jsonl
 from .config import PROJECT_FILE, Project, TransformConfig, read_yaml
-from .digests import case_digest, pair_digest, transform_digest
+from .digests import case_text_digest, json_text, object_text, pair_text_digest, transform_digest
 from .errors import ProjectError, describe_validation_error, yaml_line
 from .paths import ABSENT, path_keys, read_keys, write_keys
 
@@ -141,20 +141,84 @@ def copy_id(source_id: str, transform_name: str) -> str:
     return f"{source_id}~{transform_name}"
 
 
+@dataclass(frozen=True)
+class CaseTexts:
+    """A case's JSON members as the cases table stores them: canonical JSON text, None for null."""
+
+    input: str | None
+    initial_state: str | None
+    expected: str | None
+    metadata: str | None
+    events: str | None
+
+    @classmethod
+    def of(cls, case: CaseRecord) -> "CaseTexts":
+        return cls(*(json_text(value) for value in (case.input, case.initial_state, case.expected, case.metadata, case.events)))
+
+
+@dataclass(frozen=True)
+class CopyOfTexts:
+    """A copy as its source's texts make it: the member the transform changed (its value),
+    the copy's texts (the source's, that member encoded anew) and its two digests."""
+
+    changed: Any
+    texts: CaseTexts
+    case_digest: str
+    pair_digest: str
+
+
+def copy_of_texts(
+    transform: TransformConfig, source: CaseTexts, read: Any, *, group_id: str, declares_states: bool, transform_digest: str,
+) -> CopyOfTexts | None:
+    """The copy of a source given as its texts, `read` being the value of the member the
+    transform reads (the input; the starting state for a transform into the world): only that
+    member is changed and encoded, every other text and each digest's body is the source's
+    own text (`object_text`). None when a transform into the world names nothing in this
+    state (that case gets no copy). Raises TransformProblem."""
+    world = changes_world(transform)
+    if world:
+        changed = transformed_world(transform, read)
+        if changed is None:
+            return None
+        texts = replace(source, initial_state=json_text(changed))
+    else:
+        changed = transformed_input(transform, read)
+        texts = replace(source, input=json_text(changed))
+    return CopyOfTexts(
+        changed=changed,
+        texts=texts,
+        # A copy sits in its source's cluster, and the cluster enters its digest.
+        case_digest=case_text_digest(
+            input=texts.input, expected=texts.expected, metadata=texts.metadata, group_id=group_id,
+            initial_state=texts.initial_state, include_initial_state=declares_states,
+        ),
+        pair_digest=pair_text_digest(
+            transform=transform_digest, source_input=_paired_text(world, source), derived_input=_paired_text(world, texts),
+        ),
+    )
+
+
+def _paired_text(world: bool, texts: CaseTexts) -> str | None:
+    """What a pair's digest covers on each side: the input (Oloproof's pair digest), and for a
+    transform into the world the starting state too, so a label read for one world retires
+    when the world (or the input beside it) changes."""
+    return object_text({"input": texts.input, WORLD_FIELD: texts.initial_state}) if world else texts.input
+
+
 def derive_copy(
     transform: TransformConfig, source: CaseRecord, *, declares_states: bool, known_digest: str | None = None
 ) -> DerivedCaseRecord | None:
     """One copy of `source` under `transform` (unlabelled); None when the transform points
     into the starting state and names nothing in this case's. Raises TransformProblem."""
     the_transform_digest = known_digest or digest_of_transform(transform)
-    derived_input, derived_state, snapshot = source.input, source.initial_state, source.snapshot
-    if changes_world(transform):
-        derived_state = transformed_world(transform, source.initial_state)
-        if derived_state is None:
-            return None
-        snapshot = None  # the copy's world is no longer the named snapshot's content
-    else:
-        derived_input = transformed_input(transform, source.input)
+    world = changes_world(transform)
+    made = copy_of_texts(
+        transform, CaseTexts.of(source), source.initial_state if world else source.input,
+        group_id=source.group_id, declares_states=declares_states, transform_digest=the_transform_digest,
+    )
+    if made is None:
+        return None
+    derived_input, derived_state = (source.input, made.changed) if world else (made.changed, source.initial_state)
     # The copy owns its data (nothing it holds is the source's): one pickle round trip copies
     # the five parts several times faster than `copy.deepcopy` (JSON data only, so the same).
     owned_input, owned_state, expected, metadata, events = pickle.loads(pickle.dumps(
@@ -162,32 +226,21 @@ def derive_copy(
     ))
     return DerivedCaseRecord(
         case_id=copy_id(source.case_id, transform.name),
-        # A copy sits in its source's cluster, and the cluster enters its digest.
-        case_digest=case_digest(
-            input=derived_input,
-            expected=source.expected,
-            metadata=source.metadata,
-            group_id=source.group_id,
-            initial_state=derived_state,
-            include_initial_state=declares_states,
-        ),
+        case_digest=made.case_digest,
         source_id=source.case_id,
         transform=transform.name,
         group_id=source.group_id,
         input=owned_input,
         initial_state=owned_state,
-        snapshot=snapshot,
+        # The copy's world is no longer the named snapshot's content.
+        snapshot=None if world else source.snapshot,
         expected=expected,
         metadata=metadata,
         events=events,
         file=source.file,
         line=source.line,
         transform_digest=the_transform_digest,
-        pair_digest=pair_digest(
-            transform=the_transform_digest,
-            source_input=_paired_value(transform, source.input, source.initial_state),
-            derived_input=_paired_value(transform, derived_input, derived_state),
-        ),
+        pair_digest=made.pair_digest,
         minimum_validity=transform.minimum_validity,
     )
 
@@ -210,15 +263,6 @@ def _differing_leaves(ours: Any, theirs: Any, keys: list[str]) -> list[list[str]
     if isinstance(ours, list) and isinstance(theirs, list) and len(ours) == len(theirs):
         return [found for index, (a, b) in enumerate(zip(ours, theirs)) for found in _differing_leaves(a, b, [*keys, str(index)])]
     return [] if ours == theirs or not keys else [keys]
-
-
-def _paired_value(transform: TransformConfig, case_input: Any, state: dict[str, Any] | None) -> Any:
-    """What a pair's digest covers on each side: the input (Oloproof's pair digest), and for a
-    transform into the world the starting state too, so a label read for one world retires
-    when the world (or the input beside it) changes."""
-    if changes_world(transform):
-        return {"input": case_input, WORLD_FIELD: state}
-    return case_input
 
 
 @dataclass
@@ -244,8 +288,9 @@ def transform_places(project: Project) -> list[_TransformPlace]:
     ]
 
 
-def _case_place(case: CaseRecord) -> str:
-    return f"case {case.case_id} ({case.file}:{case.line})" if case.file else f"case {case.case_id}"
+def case_place(case_id: str, file: str | None, line: int | None) -> str:
+    """How a problem names its case: `case <id> (<file>:<line>)`."""
+    return f"case {case_id} ({file}:{line})" if file else f"case {case_id}"
 
 
 # -- validity labels -----------------------------------------------------------------------
@@ -382,7 +427,7 @@ def derive_each(
         try:
             derived = derive_copy(transform, source, declares_states=declares_states, known_digest=the_digest)
         except TransformProblem as problem:
-            problems.append(f"{place}: {_case_place(source)}: {problem}")
+            problems.append(f"{place}: {case_place(source.case_id, source.file, source.line)}: {problem}")
             continue
         if derived is not None:
             made.append(derived)

@@ -3,9 +3,13 @@ while its source's row, its transform, whether the case set declares starting st
 code that derives copies (`producer_code_version("copies")`) are those it was made from
 (`copy_key`), so one case added derives that case's copies and no other. Label statuses are
 read afresh for every copy (a label file is read whole anyway, and a relabelled pair changes
-only its status). Sources are turned into models a slice at a time, never the whole suite."""
+only its status). A copy is made from its source's stored texts, a slice of sources at a time:
+only the member its transform reads is decoded, and only the one it changes encoded again."""
 
 from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any
 
 import pandas as pd
 import pyarrow as pa
@@ -13,9 +17,23 @@ import pyarrow as pa
 from ..model.config import Project, TransformConfig
 from ..model.errors import ProjectError
 from ..model.fingerprints import producer_code_version, row_key
-from ..model.transforms import LabelSummary, derive_each, label_of, load_labels, summarise_labels, transform_places
+from ..model.transforms import (
+    CaseTexts,
+    DerivedCaseRecord,
+    LabelSummary,
+    TransformProblem,
+    case_place,
+    changes_world,
+    copy_id,
+    copy_of_texts,
+    digest_of_transform,
+    label_of,
+    load_labels,
+    summarise_labels,
+    transform_places,
+)
 from .decoding import MODELS_AT_ONCE, collection_paused
-from .tables import CASES_SCHEMA, DERIVED_CASES_SCHEMA, cases_from_table, derived_case_table, null_to_none
+from .tables import CASES_SCHEMA, DERIVED_CASES_SCHEMA, RowBatches, derived_case_table, from_json_text, null_to_none, rows_from_frame
 
 
 def copy_keys(project: Project, cases: pd.DataFrame) -> list[list[str]]:
@@ -64,34 +82,93 @@ def derive_missing(
     project: Project, sources: pd.DataFrame, keys: list[list[str]], stored_at: dict[str, int], places: list
 ) -> list[pd.DataFrame]:
     """Per transform, the copies derived now: of each source whose copy under it is not stored,
-    with `source_position` (the source's row) and `copy_key`. The sources become models
-    `MODELS_AT_ONCE` at a time; what a transform cannot change fails it all (`ProjectError`)."""
+    with `source_position` (the source's row) and `copy_key`. A copy is made from its source's
+    stored texts (`copy_of_texts`): only the member its transform reads is decoded, and only the
+    changed one encoded; sources are read `MODELS_AT_ONCE` rows at a time. What a transform
+    cannot change fails it all (`ProjectError`)."""
     transforms = project.config.metamorphic.transforms
+    digests = [digest_of_transform(transform) for transform in transforms]
     states = bool(sources["initial_state"].notna().any())
     missing = sorted({position for wanted in keys for position, key in enumerate(wanted) if key not in stored_at})
-    pieces: list[list[pd.DataFrame]] = [[] for _ in transforms]
+    pieces: list[RowBatches] = [RowBatches(DERIVED_CASES_SCHEMA) for _ in transforms]
+    made_at: list[list[int]] = [[] for _ in transforms]
     problems: list[list[str]] = [[] for _ in transforms]
     for start in range(0, len(missing), MODELS_AT_ONCE):
         positions = missing[start : start + MODELS_AT_ONCE]
-        # Models and copies make no reference cycle: the collector waits for the slice's end.
+        # Values and copies make no reference cycle: the collector waits for the slice's end.
         with collection_paused():
-            models = dict(zip(positions, cases_from_table(sources.iloc[positions])))
-            for index, transform in enumerate(transforms):
-                wanted = [position for position in positions if keys[index][position] not in stored_at]
-                copies = derive_each(
-                    transform, places[index], [models[position] for position in wanted], declares_states=states,
-                    problems=problems[index],
-                )
-                made_from = {copy.source_id: copy for copy in copies}
-                rows = [(position, made_from[models[position].case_id]) for position in wanted if models[position].case_id in made_from]
-                pieces[index].append(derived_case_table([copy for _, copy in rows]).assign(
-                    source_position=pd.Series([position for position, _ in rows], dtype="int64"),
-                    copy_key=pd.Series([keys[index][position] for position, _ in rows], dtype=object),
-                ))
+            for position, source in zip(positions, rows_from_frame(sources.iloc[positions][CASES_SCHEMA.names])):
+                reads = SourceReads(source)
+                for index, transform in enumerate(transforms):
+                    if keys[index][position] in stored_at:
+                        continue
+                    try:
+                        row = copy_row(transform, source, reads, declares_states=states, transform_digest=digests[index])
+                    except TransformProblem as problem:
+                        where = case_place(source["case_id"], source["file"], source["line"])
+                        problems[index].append(f"{places[index]}: {where}: {problem}")
+                        continue
+                    if row is not None:
+                        pieces[index].add_encoded({**row, "copy_key": keys[index][position]})
+                        made_at[index].append(position)
     found = [problem for each in problems for problem in each]
     if found:
         raise ProjectError(found)
-    return [pd.concat(each, ignore_index=True) if each else None for each in pieces]
+    return [
+        rows.frame().assign(source_position=pd.Series(at, dtype="int64")) if at else None
+        for rows, at in zip(pieces, made_at)
+    ]
+
+
+class SourceReads:
+    """A source's input and starting state as values, each decoded from its text at most once
+    however many transforms read it (a transform changes a copy of what it reads, never it)."""
+
+    def __init__(self, source: dict[str, Any]):
+        self.source = source
+        self._values: dict[str, Any] = {}
+
+    def value(self, name: str) -> Any:
+        if name not in self._values:
+            self._values[name] = from_json_text(self.source[name])
+        return self._values[name]
+
+
+# A new copy's label columns as the model starts them (`with_labels` reads them afresh).
+UNLABELLED = {name: DerivedCaseRecord.model_fields[name].default for name in ("label_status", "stale_labels")}
+
+
+def copy_row(
+    transform: TransformConfig, source: dict[str, Any], reads: SourceReads, *, declares_states: bool, transform_digest: str,
+) -> dict[str, Any] | None:
+    """The `derived_cases` row of `source`'s copy under `transform` (its stored row, nested
+    members as text), as `derive_copy` would make it; None when it gets no copy."""
+    world = changes_world(transform)
+    made = copy_of_texts(
+        transform, CaseTexts(*(source[name] for name in CASE_TEXTS)), reads.value("initial_state" if world else "input"),
+        group_id=source["group_id"], declares_states=declares_states, transform_digest=transform_digest,
+    )
+    if made is None:
+        return None
+    return {
+        **source,
+        **{name: getattr(made.texts, name) for name in CASE_TEXTS},
+        "case_id": copy_id(source["case_id"], transform.name),
+        "case_digest": made.case_digest,
+        "source_id": source["case_id"],
+        "transform": transform.name,
+        # The copy's world is no longer the named snapshot's content.
+        "snapshot": None if world else source["snapshot"],
+        "transform_digest": transform_digest,
+        "pair_digest": made.pair_digest,
+        **UNLABELLED,
+        "minimum_validity": transform.minimum_validity,
+        "inputs_digest": None,
+    }
+
+
+# CaseTexts' fields, in order: the members a case stores as JSON text.
+CASE_TEXTS = tuple(field.name for field in fields(CaseTexts))
 
 
 def in_source_order(stored: pd.DataFrame | None, kept: list[tuple[int, int]], made: pd.DataFrame | None) -> pd.DataFrame:
