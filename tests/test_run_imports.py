@@ -30,3 +30,23 @@ def test_the_launch_imports_no_statistics_nor_model_client_it_does_not_use():
     print(f"\nimport oloproof_pipeline.defs.launch: {len(launch - bare)} modules beyond a bare interpreter's {len(bare)}")
     assert "oloproof_pipeline.decide.slices" in launch  # the run's slices are defined, and still cost nothing above
     assert sorted(set(NOT_ON_THE_RUN_PATH) & launch) == []
+
+
+def test_reading_stored_tables_never_imports_pyarrow_dataset(tmp_path):
+    # pq.read_table goes through pyarrow.dataset (~7 MiB and ~17 ms to import); a single
+    # stored file needs none of it, however it is read: whole, by columns, or its checked lines.
+    statement = f"""
+import pandas as pd
+from pathlib import Path
+from oloproof_pipeline.store.layout import read_table_file, write_table_file, table_path, case_lines_path
+from oloproof_pipeline.store.stored import StoredTable
+from oloproof_pipeline.store.case_lines import LinesCheckedBefore
+root = Path({str(tmp_path)!r})
+write_table_file(table_path(root, "notes"), pd.DataFrame({{"case_id": ["a", "b"], "case_digest": ["x", "y"]}}))
+write_table_file(case_lines_path(root), pd.DataFrame({{"line_key": ["k"], "case_id": ["a"], "declares_group": [False], "declares_state": [False], "checked_with": ["c"]}}))
+assert list(read_table_file(table_path(root, "notes"))["case_id"]) == ["a", "b"]
+assert list(StoredTable.at(root, "notes").columns("case_id")["case_id"]) == ["a", "b"]
+assert LinesCheckedBefore.read(root, "c").facts[0].case_id == "a"
+"""
+    loaded = modules_after(statement)
+    assert "pyarrow.parquet" in loaded and "pyarrow.dataset" not in loaded

@@ -18,12 +18,11 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from ..model.cases import CheckedLines, LineFacts, SourceLine, load_case_lines, source_lines
 from ..model.config import Project
 from ..model.fingerprints import case_lines_context
-from .layout import StorageWriteError, case_lines_path, write_table_file
+from .layout import StorageWriteError, case_lines_path, read_parquet, write_table_file
 from .tables import CASES_SCHEMA, case_table
 
 
@@ -50,7 +49,7 @@ class LinesCheckedBefore:
         read: it is only ever a shortcut, and is written again)."""
         path = case_lines_path(project_root)
         try:
-            table = pq.read_table(path)
+            table = read_parquet(path)
         except (OSError, pa.ArrowException):
             return None
         if table.num_rows == 0 or "checked_with" not in table.column_names or table.column("checked_with")[0].as_py() != context:

@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .journal import log
-from .layout import StoredTableError, _short_reason, table_path
+from .layout import StoredTableError, _short_reason, read_parquet, table_path
 from .tables import REPEATED_TEXT, from_json_text, required_columns, rows_from_frame
 
 Part = Path | pd.DataFrame
@@ -225,9 +225,7 @@ class StoredTable:
         elif present:
             try:
                 repeated = [name for name in present if name in REPEATED_TEXT]
-                # One chunk per column (a file of several row groups reads as several): pandas'
-                # operations on a column of many chunks join them again and again.
-                table = pq.read_table(part.source(), columns=present, read_dictionary=repeated).combine_chunks()
+                table = read_parquet(part.source(), columns=present, read_dictionary=repeated)
                 read = dict(table.to_pandas().items())
             except (OSError, ValueError, pa.ArrowException) as error:
                 raise StoredTableError(part.path, _short_reason(error)) from None
