@@ -10,13 +10,14 @@ from __future__ import annotations
 import hashlib
 import sys
 from array import array
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..model.outcomes import MISSING, PASS
 from ..store.stored import StoredTable
@@ -32,7 +33,8 @@ from .report_view import (
     WORST_FIRST,
     verdict_summary,
 )
-from .panels import panel_key
+from .arrow_bytes import TableBytes, one_array
+from .panels import PanelKeys
 from .results import VersionResults
 from .spend import VersionSpend, version_spend
 from .streamed import StreamedTable
@@ -130,11 +132,16 @@ class RowSpans:
 # A case's digests, one slot per table whose rows its panel shows (all zero: no row).
 DIGESTED = ("cases", "runs", "verdicts", "replays")
 DIGEST_BYTES = 16
+CASES, RUNS, VERDICTS, REPLAYS = range(len(DIGESTED))
+NO_DIGEST = bytes(DIGEST_BYTES)
 
 
 class ReportScan:
     """Per case what the page needs of every case (see the module's words), from one pass
-    over each table, held by case number in arrays (a few dozen bytes a case, plus its id)."""
+    over each table, held by case number in arrays (a few dozen bytes a case, plus its id).
+    A pass works on a slice of rows as Arrow columns: what is counted or looked up, by the
+    column; a case's digest, from the bytes of its rows (`arrow_bytes`); only the case ids
+    and the failing verdicts are made Python values."""
 
     def __init__(self) -> None:
         self.order: list[str] = []  # the case ids, sources then copies
@@ -165,9 +172,10 @@ class ReportScan:
 
     def _scan_cases(self, cases: StreamedTable) -> None:
         positions, sources, digests = [], [], bytearray()
-        for start, (case_ids, source_ids, *shown) in cases.column_groups(PANEL_CASE_FIELDS):
-            for offset, row in enumerate(zip(case_ids, source_ids, *shown)):
-                case_id = sys.intern(row[0])
+        for start, table in cases.slices(PANEL_CASE_FIELDS):
+            shown = TableBytes(table)
+            for offset, (case_id, source_id) in enumerate(zip(table.column(0).to_pylist(), table.column(1).to_pylist())):
+                case_id = sys.intern(case_id)
                 number = self.number.get(case_id)
                 if number is None:
                     number = self.number[case_id] = len(self.order)
@@ -175,78 +183,81 @@ class ReportScan:
                     positions.append(0)
                     sources.append(None)
                     digests += bytes(DIGEST_BYTES * len(DIGESTED))
-                positions[number], sources[number] = start + offset, row[1] or None
-                self._put_digest(digests, number, "cases", short_digest(repr(row)))
+                positions[number], sources[number] = start + offset, source_id or None
+                self._put_digest(digests, number, CASES, rows_digest(shown, offset, offset + 1))
         self._case_at = np.array(positions, dtype=np.int64)
         self._source = np.array([-1 if source is None else self.number.get(source, -1) for source in sources], dtype=np.int64)
         self._digests = digests
 
     @staticmethod
-    def _put_digest(digests: bytearray, number: int, table: str, digest: bytes) -> None:
-        at = (number * len(DIGESTED) + DIGESTED.index(table)) * DIGEST_BYTES
+    def _put_digest(digests: bytearray, number: int, table: int, digest: bytes) -> None:
+        at = (number * len(DIGESTED) + table) * DIGEST_BYTES
         digests[at : at + DIGEST_BYTES] = digest
 
-    def _digest(self, number: int, table: str) -> bytes | None:
-        at = (number * len(DIGESTED) + DIGESTED.index(table)) * DIGEST_BYTES
+    def _digest(self, number: int, table: int) -> bytes | None:
+        at = (number * len(DIGESTED) + table) * DIGEST_BYTES
         digest = bytes(self._digests[at : at + DIGEST_BYTES])
-        return None if digest == bytes(DIGEST_BYTES) else digest
+        return None if digest == NO_DIGEST else digest
+
+    def _numbers(self, case_ids: pa.Array) -> list[int | None]:
+        return list(map(self.number.get, case_ids.to_pylist()))
 
     def _scan_runs(self, runs: StreamedTable) -> None:
-        at_status = PANEL_RUN_FIELDS.index("status")
-        for start, (case_ids, recorded_by, *shown) in runs.column_groups(["case_id", "recorded_by_run", *PANEL_RUN_FIELDS]):
-            for offset, (case_id, run_id, row) in enumerate(zip(case_ids, recorded_by, zip(*shown))):
-                if run_id:
-                    self.recorded_by[run_id] = self.recorded_by.get(run_id, 0) + 1
-                number = self.number.get(case_id)
+        missing = RANK[MISSING]
+        for start, table in runs.slices(["case_id", "recorded_by_run", *PANEL_RUN_FIELDS]):
+            count_runs(self.recorded_by, table.column("recorded_by_run"))
+            shown = TableBytes(table.select(list(PANEL_RUN_FIELDS)))
+            failed = pc.fill_null(pc.not_equal(table.column("status"), "ok"), True).to_numpy(zero_copy_only=False)
+            for offset, number in enumerate(self._numbers(table.column("case_id"))):
                 if number is None:  # a recording of no case the report shows
                     continue
                 self._run_at[number] = start + offset
-                self._put_digest(self._digests, number, "runs", short_digest(repr(row)))
-                if row[at_status] != "ok":
-                    self._worst[number] = min(self._worst[number], RANK[MISSING])
+                self._put_digest(self._digests, number, RUNS, rows_digest(shown, offset, offset + 1))
+                if failed[offset] and self._worst[number] > missing:
+                    self._worst[number] = missing
 
     def _scan_verdicts(self, verdicts: StreamedTable) -> None:
         """A slice of rows at a time: what is counted, by the column; what is per case, by each
         run of one case's rows (a case's verdicts follow one another)."""
-        shown_names = PANEL_VERDICT_SHOWN
-        at_outcome, at_judged = shown_names.index("outcome"), PANEL_RUN_LINK_FIELDS.index("judged_by_run")
-        rows = RowDigests(self, "verdicts")
         linked: dict[str | None, int] = {}
-        for start, columns in verdicts.column_groups([*shown_names, *PANEL_RUN_LINK_FIELDS]):
-            shown, links = columns[: len(shown_names)], columns[len(shown_names) :]
-            case_ids, outcomes = shown[0], shown[at_outcome]
-            self.criteria.update(shown[1])
-            for run_id, count in Counter(links[at_judged]).items():
-                if run_id:
-                    self.judged_by[run_id] = self.judged_by.get(run_id, 0) + count
-            for numbers, run_ids in zip(self._links, links):
-                for run_id in dict.fromkeys(run_ids).keys() - linked.keys():
-                    linked[run_id] = len(linked)
-                numbers.extend(map(linked.__getitem__, run_ids))
-            for at, outcome in enumerate(outcomes):
-                if outcome in FAILING:
-                    self.failing.append(failing_row({name: values[at] for name, values in zip(shown_names, shown)}))
-            texts = list(map(repr, zip(*shown)))  # each row as its case's digest takes it
-            ranks = [RANK.get(outcome, UNRANKED) for outcome in outcomes]
-            for first, end in case_runs(case_ids):
-                number = rows.add_text(case_ids[first], "".join(texts[first:end]))
-                if number is not None:
-                    self._verdicts.add_run(number, start + first, end - first)
-                    self._worst[number] = min(self._worst[number], min(ranks[first:end]))
-        rows.close()
+        for start, table, runs in verdicts.case_slices([*PANEL_VERDICT_SHOWN, *PANEL_RUN_LINK_FIELDS]):
+            self.criteria.update(pc.unique(table.column("criterion")).to_pylist())
+            count_runs(self.judged_by, table.column("judged_by_run"))
+            for numbers, name in zip(self._links, PANEL_RUN_LINK_FIELDS):
+                encoded = pc.dictionary_encode(one_array(table.column(name)), null_encoding="encode")
+                known = np.array([linked.setdefault(run_id, len(linked)) for run_id in encoded.dictionary.to_pylist()], dtype=np.int32)
+                numbers.frombytes(known[encoded.indices.to_numpy(zero_copy_only=False)].astype(np.int32).tobytes())
+            outcomes = pc.dictionary_encode(one_array(table.column("outcome")), null_encoding="encode")
+            failing = pc.is_in(table.column("outcome"), pa.array(FAILING, table.column("outcome").type))
+            if pc.any(failing).as_py():
+                shown_rows = table.select(list(PANEL_VERDICT_SHOWN)).filter(failing).to_pylist()
+                self.failing.extend(map(failing_row, shown_rows))
+            ranks = np.array([RANK.get(outcome, UNRANKED) for outcome in outcomes.dictionary.to_pylist()], dtype=np.int8)
+            ranks = ranks[outcomes.indices.to_numpy(zero_copy_only=False)]
+            shown = TableBytes(table.select(list(PANEL_VERDICT_SHOWN)))
+            firsts = [first for first, _ in runs]
+            worst = np.minimum.reduceat(ranks, firsts) if len(ranks) else ranks
+            run_cases = self._numbers(table.column("case_id").take(pa.array(firsts, pa.int64())))
+            for (first, end), number, rank in zip(runs, run_cases, worst.tolist()):
+                if number is None:  # rows of no case the report shows
+                    continue
+                self._put_digest(self._digests, number, VERDICTS, rows_digest(shown, first, end, self._digest(number, VERDICTS)))
+                self._verdicts.add_run(number, start + first, end - first)
+                if rank < self._worst[number]:
+                    self._worst[number] = rank
         self._linked = list(linked)
 
     def _scan_replays(self, replays: StreamedTable) -> None:
         shown_names = [name for name in REPORT_REPLAY_FIELDS if name != "replayed_by_run"]
-        rows = RowDigests(self, "replays")
-        for start, (*shown, replayed_by) in replays.column_groups([*shown_names, "replayed_by_run"]):
-            for offset, (row, run_id) in enumerate(zip(zip(*shown), replayed_by)):
-                if run_id:
-                    self.replayed_by[run_id] = self.replayed_by.get(run_id, 0) + 1
-                number = rows.add(row[0], row)
-                if number is not None:
-                    self._replays.add(number, start + offset)
-        rows.close()
+        for start, table, runs in replays.case_slices([*shown_names, "replayed_by_run"]):
+            count_runs(self.replayed_by, table.column("replayed_by_run"))
+            shown = TableBytes(table.select(shown_names))
+            run_cases = self._numbers(table.column("case_id").take(pa.array([first for first, _ in runs], pa.int64())))
+            for (first, end), number in zip(runs, run_cases):
+                if number is None:
+                    continue
+                self._put_digest(self._digests, number, REPLAYS, rows_digest(shown, first, end, self._digest(number, REPLAYS)))
+                self._replays.add_run(number, start + first, end - first)
 
     def failing_first(self) -> tuple[list[str], int]:
         """The case ids as the report shows them: each case whose worst outcome is FAIL, then
@@ -275,16 +286,19 @@ class ReportScan:
     def replay_positions(self, case_id: str) -> range | list[int]:
         return self._replays.positions(self.number.get(case_id))
 
-    def panel_key(self, case_id: str) -> str:
-        """The key a case's panel is kept under: the stored values it shows and the code that
-        renders it (not the runs it links to: filled in as it is written)."""
-        number = self.number[case_id]
-        source = int(self._source[number])
-        shown = (
-            *(self._digest(number, table) for table in DIGESTED),
-            self._digest(source, "runs") if source >= 0 else None,  # a copy's pair shows its source's calls
-        )
-        return panel_key(*(None if digest is None else digest.hex() for digest in shown))
+    def panel_keys(self, case_ids: list[str]) -> list[str]:
+        """The keys the cases' panels are kept under: the stored values each shows (its
+        digests, and a copy's source's recording's: a copy's pair shows its source's calls)
+        and the code that renders it (not the runs it links to: filled in as it is written)."""
+        keys = PanelKeys()
+        digests, width = self._digests, len(DIGESTED) * DIGEST_BYTES
+        found = []
+        for case_id in case_ids:
+            number = self.number[case_id]
+            source = int(self._source[number])
+            shown = digests[number * width : (number + 1) * width]
+            found.append(keys.key(bytes(shown) + (self._digest(source, RUNS) or NO_DIGEST if source >= 0 else NO_DIGEST)))
+        return found
 
     def run_ids(self, case_id: str) -> tuple[str | None, ...]:
         """The runs the case's panel links to, each verdict's `PANEL_RUN_LINK_FIELDS` in turn."""
@@ -292,49 +306,19 @@ class ReportScan:
         return tuple([linked[numbers[position]] for position in self.verdict_positions(case_id) for numbers in self._links])
 
 
-class RowDigests:
-    """A digest of each case's rows in one table, in order: rows of one case follow one
-    another (as stored), so one digest is open at a time; a case met again later goes on from
-    the digest it had."""
-
-    def __init__(self, scan: ReportScan, table: str):
-        self.scan, self.table = scan, table
-        self.number: int | None = None
-        self.hashed: Any = None
-
-    def add(self, case_id: str, row: tuple[Any, ...]) -> int | None:
-        return self.add_text(case_id, repr(row))
-
-    def add_text(self, case_id: str, text: str) -> int | None:
-        """Rows of one case, in order, as the `repr` of each joined (digested as if one at a
-        time: however they are split)."""
-        number = self.scan.number.get(case_id)
-        if number is None:  # a row of no case the report shows
-            return None
-        if number != self.number:
-            self.close()
-            self.number, self.hashed = number, hashlib.sha256(self.scan._digest(number, self.table) or b"")
-        self.hashed.update(text.encode("utf-8"))
-        return number
-
-    def close(self) -> None:
-        if self.number is not None:
-            self.scan._put_digest(self.scan._digests, self.number, self.table, self.hashed.digest()[:DIGEST_BYTES])
-        self.number = None
+def rows_digest(shown: TableBytes, first: int, end: int, before: bytes | None = None) -> bytes:
+    """128 bits of the SHA-256 of rows `first` to `end` of `shown` (as `row_key`), going on
+    from `before` (the digest of the case's rows met earlier), kept as bytes."""
+    hashed = hashlib.sha256(before or b"")
+    shown.update(hashed, first, end)
+    return hashed.digest()[:DIGEST_BYTES]
 
 
-def case_runs(case_ids: list[str | None]) -> Iterator[tuple[int, int]]:
-    """(first, end) of each run of rows of one case."""
-    if not case_ids:
-        return
-    ids = np.array(case_ids, dtype=object)
-    bounds = [0, *(np.flatnonzero(ids[1:] != ids[:-1]) + 1).tolist(), len(case_ids)]
-    yield from zip(bounds, bounds[1:])
-
-
-def short_digest(text: str) -> bytes:
-    """128 bits of a row's SHA-256 (as `row_key`), kept as bytes: half the memory of its hex."""
-    return hashlib.sha256(text.encode("utf-8")).digest()[:16]
+def count_runs(counted: dict[str, int], run_ids: pa.Array) -> None:
+    """Add each run's rows to `counted` (runs in order of appearance; no run, no count)."""
+    for found in pc.value_counts(run_ids).to_pylist():
+        if found["values"]:
+            counted[found["values"]] = counted.get(found["values"], 0) + found["counts"]
 
 
 def failing_row(verdict: dict[str, Any]) -> dict[str, Any]:
