@@ -8,14 +8,17 @@ import shutil
 from collections import Counter
 from pathlib import Path
 
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from oloproof_pipeline.project import load_project
-from oloproof_pipeline.read import report_scan, streamed
+from oloproof_pipeline.read import streamed
 from oloproof_pipeline.read.arrow_bytes import TableBytes
 from oloproof_pipeline.read.report_scan import ReportScan, ReportTables, count_runs
+from oloproof_pipeline.read.spend import version_spend
+from oloproof_pipeline.read.streamed import StreamedTable
 from oloproof_pipeline.read.report_view import PANEL_CASE_FIELDS, PANEL_RUN_FIELDS, PANEL_RUN_LINK_FIELDS, PANEL_VERDICT_SHOWN, REPORT_REPLAY_FIELDS
 from oloproof_pipeline.read.reports import (
     REPORTED_CASE_COLUMNS,
@@ -26,6 +29,7 @@ from oloproof_pipeline.read.reports import (
 )
 from oloproof_pipeline.store.layout import read_table, table_path
 from oloproof_pipeline.store.reuse import stored_tables
+from oloproof_pipeline.store.stored import StoredTable
 
 VERSION = "1.0.0"
 # Each stored table the report reads, and the columns its inputs digest stands on.
@@ -184,7 +188,7 @@ def test_runs_are_counted_in_order_of_appearance_as_python_counts_them():
 def test_rows_digest_apart_when_any_value_differs(left, right):
     def digest(values) -> bytes:
         table = pa.table({"value": pa.array(values), "other": pa.array(["x", "y"], pa.large_string())})
-        return report_scan.rows_digest(TableBytes(table), 0, 2)
+        return TableBytes(table).digests([(0, 2)])[0]
 
     assert digest(left) != digest(right)
     assert digest(left) == digest(list(left))
@@ -193,5 +197,43 @@ def test_rows_digest_apart_when_any_value_differs(left, right):
 def test_rows_of_a_sliced_table_digest_as_the_same_rows_whole():
     whole = pa.table({"text": pa.array(["a", None, "bcd", "", "ef"], pa.large_string()), "number": pa.array([1.0, 2.0, None, 4.0, 5.0])})
     part = whole.slice(2, 3)
-    assert report_scan.rows_digest(TableBytes(part), 0, 3) == report_scan.rows_digest(TableBytes(whole), 2, 5)
-    assert report_scan.rows_digest(TableBytes(part), 0, 3) != report_scan.rows_digest(TableBytes(whole), 1, 4)
+    assert TableBytes(part).digests([(0, 3)])[0] == TableBytes(whole).digests([(2, 5)])[0]
+    assert TableBytes(part).digests([(0, 3)])[0] != TableBytes(whole).digests([(1, 4)])[0]
+
+
+def in_memory_tables(verdicts: list[tuple[str, str, str]]) -> ReportTables:
+    """Two cases with one recording each and `verdicts` as (case, criterion, reason) rows."""
+    cases = pd.DataFrame({"case_id": ["a", "b"], "source_id": [None, None], "input": ['"one"', '"two"']})
+    runs = pd.DataFrame({
+        "case_id": ["a", "b"], "recorded_by_run": ["r1", "r1"], "output": ['"x"', '"y"'], "status": ["ok", "error"],
+        "error": [None, "boom"], "trajectory": ['{"steps": []}', '{"steps": []}'],
+    })
+    rows = pd.DataFrame(verdicts, columns=["case_id", "criterion", "reason"]).assign(
+        outcome="PASS", details="null", recorded_by_run="r1", replayed_by_run=None, judged_by_run="r2",
+    )
+    return ReportTables(
+        version=VERSION, cases=StreamedTable.of(StoredTable.of(cases)), runs=StreamedTable.of(StoredTable.of(runs)),
+        verdicts=StreamedTable.of(StoredTable.of(rows)), replays=StreamedTable.of(None), gate=None, slices=None, validity=None,
+        spend=version_spend(None),
+    )
+
+
+def test_a_case_whose_verdicts_are_apart_keeps_them_all_in_its_panel_and_key(monkeypatch):
+    """Rows of one case apart in the table (another case's between): the case's panel reads
+    both, its key changes with either, and slicing the rows one at a time changes nothing."""
+    rows = [("a", "c1", "first"), ("b", "c1", "b's"), ("a", "c2", "second")]
+
+    def keys(rows) -> dict[str, str]:
+        scan = ReportScan.of(in_memory_tables(rows))
+        return dict(zip(scan.order, scan.panel_keys(scan.order)))
+
+    scan = ReportScan.of(in_memory_tables(rows))
+    assert (list(scan.verdict_positions("a")), list(scan.verdict_positions("b"))) == ([0, 2], [1])
+    assert scan.failing_first() == (["b", "a"], 1)  # b's recording failed: MISSING, first
+    before = keys(rows)
+    for changed in ([rows[0], rows[1], ("a", "c2", "other")], [("a", "c1", "other"), rows[1], rows[2]]):
+        after = keys(changed)
+        assert after["a"] != before["a"] and after["b"] == before["b"]
+    monkeypatch.setattr(streamed, "SLICE_ROWS", 1)
+    assert keys(rows) == before
+    assert [list(ReportScan.of(in_memory_tables(rows)).verdict_positions(case)) for case in "ab"] == [[0, 2], [1]]

@@ -6,6 +6,7 @@ bytes, so two runs digest alike only when every value of them is the same."""
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import numpy as np
@@ -14,6 +15,7 @@ import pyarrow.compute as pc
 
 TEXT_TYPES = (pa.large_string(), pa.large_binary())
 SIZE = np.dtype("<i8")  # a row's length, as digested
+DIGEST_BYTES = 16  # of a run's digest: 128 bits
 
 
 class ColumnBytes:
@@ -80,6 +82,21 @@ class TableBytes:
         for column in self.columns:
             starts = column.starts
             hashed.update(column.data[starts[first] : starts[end]])
+
+    def digests(self, runs: list[tuple[int, int]], befores: list[bytes | None] | None = None) -> list[bytes]:
+        """128 bits of the SHA-256 of each run of rows ((first, end), as `row_key`), each going
+        on from its `befores` digest when it has one (the digest of rows met earlier)."""
+        record, row_bytes, sha256 = self.record, self.row_bytes, hashlib.sha256
+        columns = [(column.data, column.starts) for column in self.columns]
+        found = []
+        for at, (first, end) in enumerate(runs):
+            before = befores[at] if befores is not None else None
+            hashed = sha256(before) if before else sha256()
+            hashed.update(record[first * row_bytes : end * row_bytes])
+            for data, starts in columns:
+                hashed.update(data[starts[first] : starts[end]])
+            found.append(hashed.digest()[:DIGEST_BYTES])
+        return found
 
     def update_all(self, hashed: Any) -> None:
         self.update(hashed, 0, self.rows)

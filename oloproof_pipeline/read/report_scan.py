@@ -7,7 +7,6 @@ batch at a time."""
 
 from __future__ import annotations
 
-import hashlib
 import sys
 from array import array
 from dataclasses import dataclass
@@ -33,7 +32,7 @@ from .report_view import (
     WORST_FIRST,
     verdict_summary,
 )
-from .arrow_bytes import TableBytes, one_array
+from .arrow_bytes import DIGEST_BYTES, TableBytes, one_array
 from .panels import PanelKeys
 from .results import VersionResults
 from .spend import VersionSpend, version_spend
@@ -120,6 +119,16 @@ class RowSpans:
             for position in range(first, first + count):
                 self.add(number, position)
 
+    def add_runs(self, numbers: np.ndarray, firsts: np.ndarray, counts: np.ndarray) -> None:
+        """`add_run` of each (number, first, count), in order: those of cases met for the first
+        time (each once here) at once, the others one at a time."""
+        new = self.count[numbers] == 0
+        if new.all() and len(np.unique(numbers)) == len(numbers):
+            self.first[numbers], self.count[numbers] = firsts, counts
+            return
+        for number, first, count in zip(numbers.tolist(), firsts.tolist(), counts.tolist()):
+            self.add_run(number, first, count)
+
     def positions(self, number: int | None) -> range | list[int]:
         if number is None:
             return range(0)
@@ -131,7 +140,6 @@ class RowSpans:
 
 # A case's digests, one slot per table whose rows its panel shows (all zero: no row).
 DIGESTED = ("cases", "runs", "verdicts", "replays")
-DIGEST_BYTES = 16
 CASES, RUNS, VERDICTS, REPLAYS = range(len(DIGESTED))
 NO_DIGEST = bytes(DIGEST_BYTES)
 
@@ -173,7 +181,7 @@ class ReportScan:
     def _scan_cases(self, cases: StreamedTable) -> None:
         positions, sources, digests = [], [], bytearray()
         for start, table in cases.slices(PANEL_CASE_FIELDS):
-            shown = TableBytes(table)
+            found = TableBytes(table).digests([(row, row + 1) for row in range(table.num_rows)])
             for offset, (case_id, source_id) in enumerate(zip(table.column(0).to_pylist(), table.column(1).to_pylist())):
                 case_id = sys.intern(case_id)
                 number = self.number.get(case_id)
@@ -184,37 +192,56 @@ class ReportScan:
                     sources.append(None)
                     digests += bytes(DIGEST_BYTES * len(DIGESTED))
                 positions[number], sources[number] = start + offset, source_id or None
-                self._put_digest(digests, number, CASES, rows_digest(shown, offset, offset + 1))
+                at = (number * len(DIGESTED) + CASES) * DIGEST_BYTES
+                digests[at : at + DIGEST_BYTES] = found[offset]
         self._case_at = np.array(positions, dtype=np.int64)
         self._source = np.array([-1 if source is None else self.number.get(source, -1) for source in sources], dtype=np.int64)
         self._digests = digests
-
-    @staticmethod
-    def _put_digest(digests: bytearray, number: int, table: int, digest: bytes) -> None:
-        at = (number * len(DIGESTED) + table) * DIGEST_BYTES
-        digests[at : at + DIGEST_BYTES] = digest
+        # The same bytes by (case number, table): a slice's digests are put in at once.
+        self._by_case = np.frombuffer(digests, dtype=np.uint8).reshape(len(self.order), len(DIGESTED), DIGEST_BYTES)
 
     def _digest(self, number: int, table: int) -> bytes | None:
         at = (number * len(DIGESTED) + table) * DIGEST_BYTES
         digest = bytes(self._digests[at : at + DIGEST_BYTES])
         return None if digest == NO_DIGEST else digest
 
-    def _numbers(self, case_ids: pa.Array) -> list[int | None]:
-        return list(map(self.number.get, case_ids.to_pylist()))
+    def _put_digests(self, table: int, shown: TableBytes, numbers: np.ndarray, bounds: list[tuple[int, int]], *, go_on: bool) -> None:
+        """Each run's digest (`bounds` in `shown`) as its case's (`numbers`) for `table`; with
+        `go_on`, from the digest the case's rows met before had (a case whose rows are apart)."""
+        if not len(numbers):
+            return
+        if len(np.unique(numbers)) != len(numbers):  # a case twice here: one run at a time, in order
+            for number, run in zip(numbers.tolist(), bounds):
+                before = self._digest(number, table) if go_on else None
+                self._by_case[number, table] = np.frombuffer(shown.digests([run], [before])[0], dtype=np.uint8)
+            return
+        befores = None
+        if go_on:
+            met = self._by_case[numbers, table].any(axis=1)
+            if met.any():
+                befores = [bytes(self._by_case[number, table]) if was else None for number, was in zip(numbers.tolist(), met.tolist())]
+        found = shown.digests(bounds, befores)
+        self._by_case[numbers, table] = np.frombuffer(b"".join(found), dtype=np.uint8).reshape(len(found), DIGEST_BYTES)
+
+    def _numbers(self, case_ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
+        """Each case id's number, -1 for a case the report does not show."""
+        get = self.number.get
+        return np.array([get(case_id, -1) for case_id in case_ids.to_pylist()], dtype=np.int64)
 
     def _scan_runs(self, runs: StreamedTable) -> None:
-        missing = RANK[MISSING]
         for start, table in runs.slices(["case_id", "recorded_by_run", *PANEL_RUN_FIELDS]):
             count_runs(self.recorded_by, table.column("recorded_by_run"))
-            shown = TableBytes(table.select(list(PANEL_RUN_FIELDS)))
+            numbers = self._numbers(table.column("case_id"))
+            shown = np.flatnonzero(numbers >= 0)  # a recording of no case the report shows is passed over
+            numbers = numbers[shown]
+            if len(np.unique(numbers)) != len(numbers):  # a case recorded twice: its last row counts
+                last = len(numbers) - 1 - np.unique(numbers[::-1], return_index=True)[1]
+                shown, numbers = shown[np.sort(last)], numbers[np.sort(last)]
+            self._run_at[numbers] = start + shown
+            rows = shown.tolist()
+            self._put_digests(RUNS, TableBytes(table.select(list(PANEL_RUN_FIELDS))), numbers, [(row, row + 1) for row in rows], go_on=False)
             failed = pc.fill_null(pc.not_equal(table.column("status"), "ok"), True).to_numpy(zero_copy_only=False)
-            for offset, number in enumerate(self._numbers(table.column("case_id"))):
-                if number is None:  # a recording of no case the report shows
-                    continue
-                self._run_at[number] = start + offset
-                self._put_digest(self._digests, number, RUNS, rows_digest(shown, offset, offset + 1))
-                if failed[offset] and self._worst[number] > missing:
-                    self._worst[number] = missing
+            np.minimum.at(self._worst, numbers[failed[shown]], RANK[MISSING])
 
     def _scan_verdicts(self, verdicts: StreamedTable) -> None:
         """A slice of rows at a time: what is counted, by the column; what is per case, by each
@@ -234,30 +261,36 @@ class ReportScan:
                 self.failing.extend(map(failing_row, shown_rows))
             ranks = np.array([RANK.get(outcome, UNRANKED) for outcome in outcomes.dictionary.to_pylist()], dtype=np.int8)
             ranks = ranks[outcomes.indices.to_numpy(zero_copy_only=False)]
-            shown = TableBytes(table.select(list(PANEL_VERDICT_SHOWN)))
-            firsts = [first for first, _ in runs]
-            worst = np.minimum.reduceat(ranks, firsts) if len(ranks) else ranks
-            run_cases = self._numbers(table.column("case_id").take(pa.array(firsts, pa.int64())))
-            for (first, end), number, rank in zip(runs, run_cases, worst.tolist()):
-                if number is None:  # rows of no case the report shows
-                    continue
-                self._put_digest(self._digests, number, VERDICTS, rows_digest(shown, first, end, self._digest(number, VERDICTS)))
-                self._verdicts.add_run(number, start + first, end - first)
-                if rank < self._worst[number]:
-                    self._worst[number] = rank
+            kept = self._runs_of_cases(table, runs)
+            if kept is None:
+                continue
+            numbers, firsts, ends, shown = kept
+            self._put_digests(VERDICTS, TableBytes(table.select(list(PANEL_VERDICT_SHOWN))), numbers, list(zip(firsts.tolist(), ends.tolist())), go_on=True)
+            self._verdicts.add_runs(numbers, start + firsts, ends - firsts)
+            worst = np.minimum.reduceat(ranks, np.array([first for first, _ in runs], dtype=np.int64))  # of every run
+            np.minimum.at(self._worst, numbers, worst[shown])
         self._linked = list(linked)
+
+    def _runs_of_cases(self, table: pa.Table, runs: list[tuple[int, int]]) -> tuple[np.ndarray, ...] | None:
+        """(case number, first, end) of each run of one case's rows in `table` whose case the
+        report shows, and which of `runs` those are; None when there is none."""
+        bounds = np.array(runs, dtype=np.int64).reshape(-1, 2)
+        numbers = self._numbers(table.column("case_id").take(pa.array(bounds[:, 0])))
+        shown = numbers >= 0
+        if not shown.any():
+            return None
+        return numbers[shown], bounds[shown, 0], bounds[shown, 1], shown
 
     def _scan_replays(self, replays: StreamedTable) -> None:
         shown_names = [name for name in REPORT_REPLAY_FIELDS if name != "replayed_by_run"]
         for start, table, runs in replays.case_slices([*shown_names, "replayed_by_run"]):
             count_runs(self.replayed_by, table.column("replayed_by_run"))
-            shown = TableBytes(table.select(shown_names))
-            run_cases = self._numbers(table.column("case_id").take(pa.array([first for first, _ in runs], pa.int64())))
-            for (first, end), number in zip(runs, run_cases):
-                if number is None:
-                    continue
-                self._put_digest(self._digests, number, REPLAYS, rows_digest(shown, first, end, self._digest(number, REPLAYS)))
-                self._replays.add_run(number, start + first, end - first)
+            kept = self._runs_of_cases(table, runs)
+            if kept is None:
+                continue
+            numbers, firsts, ends, _ = kept
+            self._put_digests(REPLAYS, TableBytes(table.select(shown_names)), numbers, list(zip(firsts.tolist(), ends.tolist())), go_on=True)
+            self._replays.add_runs(numbers, start + firsts, ends - firsts)
 
     def failing_first(self) -> tuple[list[str], int]:
         """The case ids as the report shows them: each case whose worst outcome is FAIL, then
@@ -304,14 +337,6 @@ class ReportScan:
         """The runs the case's panel links to, each verdict's `PANEL_RUN_LINK_FIELDS` in turn."""
         linked = self._linked
         return tuple([linked[numbers[position]] for position in self.verdict_positions(case_id) for numbers in self._links])
-
-
-def rows_digest(shown: TableBytes, first: int, end: int, before: bytes | None = None) -> bytes:
-    """128 bits of the SHA-256 of rows `first` to `end` of `shown` (as `row_key`), going on
-    from `before` (the digest of the case's rows met earlier), kept as bytes."""
-    hashed = hashlib.sha256(before or b"")
-    shown.update(hashed, first, end)
-    return hashed.digest()[:DIGEST_BYTES]
 
 
 def count_runs(counted: dict[str, int], run_ids: pa.Array) -> None:
