@@ -237,3 +237,14 @@ def test_a_case_whose_verdicts_are_apart_keeps_them_all_in_its_panel_and_key(mon
     monkeypatch.setattr(streamed, "SLICE_ROWS", 1)
     assert keys(rows) == before
     assert [list(ReportScan.of(in_memory_tables(rows)).verdict_positions(case)) for case in "ab"] == [[0, 2], [1]]
+
+
+def test_a_verdicts_table_without_a_run_or_outcome_column_scans_as_nulls():
+    """A table stored before a column existed reads it as nulls: the scan counts no run for it
+    and ranks no outcome, and keys its panels all the same."""
+    tables = in_memory_tables([("a", "c1", "first"), ("b", "c1", "b's")])
+    verdicts = tables.verdicts.parts[0].columns("case_id", "criterion", "reason", "details", "recorded_by_run")
+    tables.verdicts = StreamedTable.of(StoredTable.of(verdicts))
+    scan = ReportScan.of(tables)
+    assert scan.judged_by == {} and scan.failing == [] and scan.run_ids("a") == ("r1", None, None)
+    assert len(set(scan.panel_keys(["a", "b"]))) == 2

@@ -32,7 +32,7 @@ from .report_view import (
     WORST_FIRST,
     verdict_summary,
 )
-from .arrow_bytes import DIGEST_BYTES, TableBytes, one_array
+from .arrow_bytes import DIGEST_BYTES, TableBytes, as_text, one_array
 from .panels import PanelKeys
 from .results import VersionResults
 from .spend import VersionSpend, version_spend
@@ -254,8 +254,9 @@ class ReportScan:
                 encoded = pc.dictionary_encode(one_array(table.column(name)), null_encoding="encode")
                 known = np.array([linked.setdefault(run_id, len(linked)) for run_id in encoded.dictionary.to_pylist()], dtype=np.int32)
                 numbers.frombytes(known[encoded.indices.to_numpy(zero_copy_only=False)].astype(np.int32).tobytes())
-            outcomes = pc.dictionary_encode(one_array(table.column("outcome")), null_encoding="encode")
-            failing = pc.is_in(table.column("outcome"), pa.array(FAILING, table.column("outcome").type))
+            outcome = as_text(table.column("outcome"))  # as text even where the table lacks it (nulls)
+            outcomes = pc.dictionary_encode(outcome, null_encoding="encode")
+            failing = pc.is_in(outcome, pa.array(FAILING, outcome.type))
             if pc.any(failing).as_py():
                 shown_rows = table.select(list(PANEL_VERDICT_SHOWN)).filter(failing).to_pylist()
                 self.failing.extend(map(failing_row, shown_rows))
