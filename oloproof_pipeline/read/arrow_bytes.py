@@ -19,8 +19,8 @@ DIGEST_BYTES = 16  # of a run's digest: 128 bits
 
 
 class ColumnBytes:
-    """One column as its values' bytes (`data`) and where each row's start (`starts`, a list:
-    read per run of rows), with each row's length, a null's as -(length + 1) (`sizes`)."""
+    """One column as its values' bytes (`data`) and where each row's start (`starts`), with
+    each row's length, a null's as -(length + 1) (`sizes`)."""
 
     __slots__ = ("data", "starts", "sizes")
 
@@ -36,7 +36,7 @@ class ColumnBytes:
         if array.null_count:
             nulls = array.is_null().to_numpy(zero_copy_only=False)
             sizes[nulls] = -sizes[nulls] - 1
-        self.starts = starts.tolist()
+        self.starts = starts
         self.sizes = sizes
 
 
@@ -65,7 +65,8 @@ def one_array(column: pa.Array | pa.ChunkedArray) -> pa.Array:
 
 class TableBytes:
     """A table's columns (`ColumnBytes`), with every row's lengths side by side (`record`), so
-    a run of rows is digested in one call per column, plus one for their lengths."""
+    a run of rows is digested in one call per column, plus one for their lengths (`digests`),
+    and the whole table in as many (`update_all`)."""
 
     __slots__ = ("columns", "record", "row_bytes", "rows")
 
@@ -76,18 +77,12 @@ class TableBytes:
         self.record = memoryview(np.ascontiguousarray(sizes, dtype=SIZE)).cast("B")
         self.row_bytes = SIZE.itemsize * len(self.columns)
 
-    def update(self, hashed: Any, first: int, end: int) -> None:
-        """Digest rows `first` to `end` (not included) into `hashed` (a hashlib object)."""
-        hashed.update(self.record[first * self.row_bytes : end * self.row_bytes])
-        for column in self.columns:
-            starts = column.starts
-            hashed.update(column.data[starts[first] : starts[end]])
 
     def digests(self, runs: list[tuple[int, int]], befores: list[bytes | None] | None = None) -> list[bytes]:
         """128 bits of the SHA-256 of each run of rows ((first, end), as `row_key`), each going
         on from its `befores` digest when it has one (the digest of rows met earlier)."""
         record, row_bytes, sha256 = self.record, self.row_bytes, hashlib.sha256
-        columns = [(column.data, column.starts) for column in self.columns]
+        columns = [(column.data, column.starts.tolist()) for column in self.columns]  # read per run: as Python ints
         found = []
         for at, (first, end) in enumerate(runs):
             before = befores[at] if befores is not None else None
@@ -99,7 +94,10 @@ class TableBytes:
         return found
 
     def update_all(self, hashed: Any) -> None:
-        self.update(hashed, 0, self.rows)
+        """Digest every row into `hashed` (a hashlib object), as `digests` digests a run."""
+        hashed.update(self.record)
+        for column in self.columns:
+            hashed.update(column.data)
 
 
 def table_types(table: pa.Table) -> bytes:
