@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 from collections import Counter
+from itertools import groupby
 from pathlib import Path
 
 import pandas as pd
@@ -248,3 +249,24 @@ def test_a_verdicts_table_without_a_run_or_outcome_column_scans_as_nulls():
     scan = ReportScan.of(tables)
     assert scan.judged_by == {} and scan.failing == [] and scan.run_ids("a") == ("r1", None, None)
     assert len(set(scan.panel_keys(["a", "b"]))) == 2
+
+
+def test_case_slices_give_each_run_of_one_case_whole_across_slices_and_row_groups(tmp_path, monkeypatch):
+    """Runs of one case's rows, some longer than a slice, cut by row groups and slices at every
+    place: each comes whole, at its position, in order; a case met again later is a run again."""
+    keys = [key for key, length in zip("aabcadddddeffga", [1, 3, 2, 5, 1, 9, 1, 2, 1, 4, 2, 1, 7, 3, 1]) for _ in range(length)]
+    path = tmp_path / "rows.parquet"
+    pq.write_table(pa.table({"case_id": keys, "row": list(range(len(keys)))}), path, row_group_size=4)
+    expected, at = [], 0
+    for key, run in groupby(keys):
+        length = len(list(run))
+        expected.append((at, key, list(range(at, at + length))))
+        at += length
+    for rows in (1, 3, 4, 5, 64):  # a slice of 4 rows is a whole row group
+        monkeypatch.setattr(streamed, "SLICE_ROWS", rows)
+        given = [
+            (start + first, table.column("case_id")[first].as_py(), table.column("row").to_pylist()[first:end])
+            for start, table, runs in StreamedTable.of(StoredTable(path)).case_slices(["case_id", "row"])
+            for first, end in runs
+        ]
+        assert given == expected, rows
