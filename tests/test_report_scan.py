@@ -127,7 +127,7 @@ def scanned(root: Path) -> tuple:
         scan.order, scan.failing_first(), scan.panel_keys(scan.order), scan.failing, sorted(scan.criteria),
         list(scan.recorded_by.items()), list(scan.replayed_by.items()), list(scan.judged_by.items()),
         [(scan.case_position(case_id), scan.run_position(case_id), list(scan.verdict_positions(case_id)),
-          list(scan.replay_positions(case_id)), scan.run_ids(case_id), scan.source_of(case_id)) for case_id in scan.order],
+          list(scan.replay_positions(case_id)), run_ids, scan.source_of(case_id)) for case_id, run_ids in zip(scan.order, scan.run_ids(scan.order))],
     )
 
 
@@ -247,7 +247,7 @@ def test_a_verdicts_table_without_a_run_or_outcome_column_scans_as_nulls():
     verdicts = tables.verdicts.parts[0].columns("case_id", "criterion", "reason", "details", "recorded_by_run")
     tables.verdicts = StreamedTable.of(StoredTable.of(verdicts))
     scan = ReportScan.of(tables)
-    assert scan.judged_by == {} and scan.failing == [] and scan.run_ids("a") == ("r1", None, None)
+    assert scan.judged_by == {} and scan.failing == [] and scan.run_ids(["a"]) == [("r1", None, None)]
     assert len(set(scan.panel_keys(["a", "b"]))) == 2
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 from array import array
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -334,10 +335,19 @@ class ReportScan:
             found.append(keys.key(bytes(shown) + (self._digest(source, RUNS) or NO_DIGEST if source >= 0 else NO_DIGEST)))
         return found
 
-    def run_ids(self, case_id: str) -> tuple[str | None, ...]:
-        """The runs the case's panel links to, each verdict's `PANEL_RUN_LINK_FIELDS` in turn."""
+    def run_ids(self, case_ids: list[str]) -> list[tuple[str | None, ...]]:
+        """The runs each case's panel links to, each verdict's `PANEL_RUN_LINK_FIELDS` in turn."""
+        positions = [self.verdict_positions(case_id) for case_id in case_ids]
+        flat = np.fromiter(chain.from_iterable(positions), dtype=np.int64)
+        numbers = np.stack([np.frombuffer(links, dtype=np.int32)[flat] for links in self._links], axis=1).ravel().tolist()
         linked = self._linked
-        return tuple([linked[numbers[position]] for position in self.verdict_positions(case_id) for numbers in self._links])
+        run_ids = [linked[number] for number in numbers]
+        found, at, width = [], 0, len(self._links)
+        for case_positions in positions:
+            end = at + len(case_positions) * width
+            found.append(tuple(run_ids[at:end]))
+            at = end
+        return found
 
 
 def count_runs(counted: dict[str, int], run_ids: pa.Array) -> None:

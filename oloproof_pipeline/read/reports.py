@@ -240,7 +240,7 @@ def batch_sections(
     left = [case_id for case_id, key in zip(batch, keys) if key not in kept]
     held = HeldCases(tables, scan, left) if left else None
     sections = []
-    for case_id, key in zip(batch, keys):
+    for case_id, key, run_ids in zip(batch, keys, scan.run_ids(batch)):
         if key in kept:
             section = kept[key]
         else:
@@ -250,7 +250,7 @@ def batch_sections(
             section = case_section(panel)  # its run links are holes, filled below
             if panels is not None:
                 panels.put(key, case_id, section)
-        sections.append(with_run_links(section, scan.run_ids(case_id), dagster_url))
+        sections.append(with_run_links(section, run_ids, dagster_url))
     return sections
 
 
