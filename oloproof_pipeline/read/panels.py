@@ -46,7 +46,7 @@ class PanelKeys:
     def __init__(self) -> None:
         self._code = hashlib.sha256(row_key_tail(PANEL_KEY_TAG, producer_code_version("report"), jinja2.__version__))
 
-    def key(self, shown: bytes) -> str:
+    def key(self, shown: bytes | bytearray) -> str:
         hashed = self._code.copy()
         hashed.update(shown)
         return hashed.hexdigest()[:ROW_KEY_CHARACTERS]

@@ -183,7 +183,7 @@ class ReportScan:
         positions, sources, digests = [], [], bytearray()
         for start, table in cases.slices(PANEL_CASE_FIELDS):
             found = TableBytes(table).digests([(row, row + 1) for row in range(table.num_rows)])
-            for offset, (case_id, source_id) in enumerate(zip(table.column(0).to_pylist(), table.column(1).to_pylist())):
+            for offset, (case_id, source_id) in enumerate(zip(table.column("case_id").to_pylist(), table.column("source_id").to_pylist())):
                 case_id = sys.intern(case_id)
                 number = self.number.get(case_id)
                 if number is None:
@@ -331,8 +331,11 @@ class ReportScan:
         for case_id in case_ids:
             number = self.number[case_id]
             source = int(self._source[number])
-            shown = digests[number * width : (number + 1) * width]
-            found.append(keys.key(bytes(shown) + (self._digest(source, RUNS) or NO_DIGEST if source >= 0 else NO_DIGEST)))
+            source_runs = source * width + RUNS * DIGEST_BYTES
+            found.append(keys.key(
+                digests[number * width : (number + 1) * width]
+                + (digests[source_runs : source_runs + DIGEST_BYTES] if source >= 0 else NO_DIGEST)
+            ))
         return found
 
     def run_ids(self, case_ids: list[str]) -> list[tuple[str | None, ...]]:
