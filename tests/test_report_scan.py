@@ -270,3 +270,14 @@ def test_case_slices_give_each_run_of_one_case_whole_across_slices_and_row_group
             for first, end in runs
         ]
         assert given == expected, rows
+
+
+def test_an_empty_table_digests_apart_from_a_missing_one_and_scans_to_nothing():
+    empty = pd.DataFrame({"case_id": pd.Series([], dtype=object), "criterion": pd.Series([], dtype=object)})
+    table = StreamedTable.of(StoredTable.of(empty))
+    assert table.digest("t", ["case_id", "criterion"]) != StreamedTable.of(None).digest("t", ["case_id", "criterion"])
+    assert TableBytes(pa.table({"case_id": pa.array([], pa.large_string())})).digests([]) == []
+    tables = in_memory_tables([])
+    tables.verdicts = table
+    scan = ReportScan.of(tables)
+    assert scan.run_ids(["a", "b"]) == [(), ()] and len(set(scan.panel_keys(["a", "b"]))) == 2

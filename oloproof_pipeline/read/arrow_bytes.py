@@ -74,7 +74,7 @@ class TableBytes:
         self.columns = [ColumnBytes(column) for column in table.columns]
         self.rows = table.num_rows
         sizes = np.stack([column.sizes for column in self.columns], axis=1) if self.columns else np.zeros((self.rows, 0), SIZE)
-        self.record = memoryview(np.ascontiguousarray(sizes, dtype=SIZE)).cast("B")
+        self.record = memoryview(np.ascontiguousarray(sizes, dtype=SIZE).reshape(-1).view(np.uint8))
         self.row_bytes = SIZE.itemsize * len(self.columns)
 
 
