@@ -1,5 +1,5 @@
 """The gate step alone (the gate, then the version's HTML report), in process, on a stored
-project: its time and the growth of its peak RSS over the loaded process's.
+project: its time (wall and the process's CPU) and the growth of its peak RSS over the loaded process's.
 
     python benchmarks/gate_step.py PROJECT cold|case|keep [--version V] [--profile OUT]
 
@@ -49,7 +49,7 @@ def main() -> None:
 
     threading.Thread(target=sample, daemon=True).start()
     profile = cProfile.Profile() if options.profile else None
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     if profile:
         profile.enable()
     project = load_project(options.project)
@@ -57,13 +57,13 @@ def main() -> None:
     decided = gate_of_version(project, stored, options.version, run_id="gate-step-benchmark", flags=None)
     gated = time.perf_counter()
     report = write_version_report(project, stored, options.version, decided.frame, decided.trials)
-    ended = time.perf_counter()
+    ended, cpu = time.perf_counter(), time.process_time() - cpu_started
     if profile:
         profile.disable()
         profile.dump_stats(options.profile)
     done.set()
     print(
-        f"{options.mode}: step {ended - started:.2f} s (gate {gated - started:.2f}, report {ended - gated:.2f}); "
+        f"{options.mode}: step {ended - started:.2f} s (gate {gated - started:.2f}, report {ended - gated:.2f}; CPU {cpu:.2f} s); "
         f"RSS {base / 2**20:.0f} MiB, peak {peak / 2**20:.0f} MiB (+{(peak - base) / 2**20:.0f}); {report.panels_line()}"
     )
 

@@ -7,16 +7,17 @@ batch at a time."""
 
 from __future__ import annotations
 
-import hashlib
 import sys
 from array import array
-from collections import Counter
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..model.outcomes import MISSING, PASS
 from ..store.stored import StoredTable
@@ -32,7 +33,8 @@ from .report_view import (
     WORST_FIRST,
     verdict_summary,
 )
-from .panels import panel_key
+from .arrow_bytes import DIGEST_BYTES, TableBytes, as_text, one_array
+from .panels import PanelKeys
 from .results import VersionResults
 from .spend import VersionSpend, version_spend
 from .streamed import StreamedTable
@@ -118,6 +120,16 @@ class RowSpans:
             for position in range(first, first + count):
                 self.add(number, position)
 
+    def add_runs(self, numbers: np.ndarray, firsts: np.ndarray, counts: np.ndarray) -> None:
+        """`add_run` of each (number, first, count), in order: those of cases met for the first
+        time (each once here) at once, the others one at a time."""
+        new = self.count[numbers] == 0
+        if new.all() and len(np.unique(numbers)) == len(numbers):
+            self.first[numbers], self.count[numbers] = firsts, counts
+            return
+        for number, first, count in zip(numbers.tolist(), firsts.tolist(), counts.tolist()):
+            self.add_run(number, first, count)
+
     def positions(self, number: int | None) -> range | list[int]:
         if number is None:
             return range(0)
@@ -129,12 +141,16 @@ class RowSpans:
 
 # A case's digests, one slot per table whose rows its panel shows (all zero: no row).
 DIGESTED = ("cases", "runs", "verdicts", "replays")
-DIGEST_BYTES = 16
+CASES, RUNS, VERDICTS, REPLAYS = range(len(DIGESTED))
+NO_DIGEST = bytes(DIGEST_BYTES)
 
 
 class ReportScan:
     """Per case what the page needs of every case (see the module's words), from one pass
-    over each table, held by case number in arrays (a few dozen bytes a case, plus its id)."""
+    over each table, held by case number in arrays (a few dozen bytes a case, plus its id).
+    A pass works on a slice of rows as Arrow columns: what is counted or looked up, by the
+    column; a case's digest, from the bytes of its rows (`arrow_bytes`); only the case ids
+    and the failing verdicts are made Python values."""
 
     def __init__(self) -> None:
         self.order: list[str] = []  # the case ids, sources then copies
@@ -165,9 +181,10 @@ class ReportScan:
 
     def _scan_cases(self, cases: StreamedTable) -> None:
         positions, sources, digests = [], [], bytearray()
-        for start, (case_ids, source_ids, *shown) in cases.column_groups(PANEL_CASE_FIELDS):
-            for offset, row in enumerate(zip(case_ids, source_ids, *shown)):
-                case_id = sys.intern(row[0])
+        for start, table in cases.slices(PANEL_CASE_FIELDS):
+            found = TableBytes(table).digests([(row, row + 1) for row in range(table.num_rows)])
+            for offset, (case_id, source_id) in enumerate(zip(table.column("case_id").to_pylist(), table.column("source_id").to_pylist())):
+                case_id = sys.intern(case_id)
                 number = self.number.get(case_id)
                 if number is None:
                     number = self.number[case_id] = len(self.order)
@@ -175,78 +192,107 @@ class ReportScan:
                     positions.append(0)
                     sources.append(None)
                     digests += bytes(DIGEST_BYTES * len(DIGESTED))
-                positions[number], sources[number] = start + offset, row[1] or None
-                self._put_digest(digests, number, "cases", short_digest(repr(row)))
+                positions[number], sources[number] = start + offset, source_id or None
+                at = (number * len(DIGESTED) + CASES) * DIGEST_BYTES
+                digests[at : at + DIGEST_BYTES] = found[offset]
         self._case_at = np.array(positions, dtype=np.int64)
         self._source = np.array([-1 if source is None else self.number.get(source, -1) for source in sources], dtype=np.int64)
         self._digests = digests
+        # The same bytes by (case number, table): a slice's digests are put in at once.
+        self._by_case = np.frombuffer(digests, dtype=np.uint8).reshape(len(self.order), len(DIGESTED), DIGEST_BYTES)
 
-    @staticmethod
-    def _put_digest(digests: bytearray, number: int, table: str, digest: bytes) -> None:
-        at = (number * len(DIGESTED) + DIGESTED.index(table)) * DIGEST_BYTES
-        digests[at : at + DIGEST_BYTES] = digest
-
-    def _digest(self, number: int, table: str) -> bytes | None:
-        at = (number * len(DIGESTED) + DIGESTED.index(table)) * DIGEST_BYTES
+    def _digest(self, number: int, table: int) -> bytes | None:
+        at = (number * len(DIGESTED) + table) * DIGEST_BYTES
         digest = bytes(self._digests[at : at + DIGEST_BYTES])
-        return None if digest == bytes(DIGEST_BYTES) else digest
+        return None if digest == NO_DIGEST else digest
+
+    def _put_digests(self, table: int, shown: TableBytes, numbers: np.ndarray, bounds: list[tuple[int, int]], *, go_on: bool) -> None:
+        """Each run's digest (`bounds` in `shown`) as its case's (`numbers`) for `table`; with
+        `go_on`, from the digest the case's rows met before had (a case whose rows are apart)."""
+        if not len(numbers):
+            return
+        if len(np.unique(numbers)) != len(numbers):  # a case twice here: one run at a time, in order
+            for number, run in zip(numbers.tolist(), bounds):
+                before = self._digest(number, table) if go_on else None
+                self._by_case[number, table] = np.frombuffer(shown.digests([run], [before])[0], dtype=np.uint8)
+            return
+        befores = None
+        if go_on:
+            met = self._by_case[numbers, table].any(axis=1)
+            if met.any():
+                befores = [bytes(self._by_case[number, table]) if was else None for number, was in zip(numbers.tolist(), met.tolist())]
+        found = shown.digests(bounds, befores)
+        self._by_case[numbers, table] = np.frombuffer(b"".join(found), dtype=np.uint8).reshape(len(found), DIGEST_BYTES)
+
+    def _numbers(self, case_ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
+        """Each case id's number, -1 for a case the report does not show."""
+        get = self.number.get
+        return np.array([get(case_id, -1) for case_id in case_ids.to_pylist()], dtype=np.int64)
 
     def _scan_runs(self, runs: StreamedTable) -> None:
-        at_status = PANEL_RUN_FIELDS.index("status")
-        for start, (case_ids, recorded_by, *shown) in runs.column_groups(["case_id", "recorded_by_run", *PANEL_RUN_FIELDS]):
-            for offset, (case_id, run_id, row) in enumerate(zip(case_ids, recorded_by, zip(*shown))):
-                if run_id:
-                    self.recorded_by[run_id] = self.recorded_by.get(run_id, 0) + 1
-                number = self.number.get(case_id)
-                if number is None:  # a recording of no case the report shows
-                    continue
-                self._run_at[number] = start + offset
-                self._put_digest(self._digests, number, "runs", short_digest(repr(row)))
-                if row[at_status] != "ok":
-                    self._worst[number] = min(self._worst[number], RANK[MISSING])
+        for start, table in runs.slices(["case_id", "recorded_by_run", *PANEL_RUN_FIELDS]):
+            count_runs(self.recorded_by, table.column("recorded_by_run"))
+            numbers = self._numbers(table.column("case_id"))
+            shown = np.flatnonzero(numbers >= 0)  # a recording of no case the report shows is passed over
+            numbers = numbers[shown]
+            if len(np.unique(numbers)) != len(numbers):  # a case recorded twice: its last row counts
+                last = len(numbers) - 1 - np.unique(numbers[::-1], return_index=True)[1]
+                shown, numbers = shown[np.sort(last)], numbers[np.sort(last)]
+            self._run_at[numbers] = start + shown
+            rows = shown.tolist()
+            self._put_digests(RUNS, TableBytes(table.select(list(PANEL_RUN_FIELDS))), numbers, [(row, row + 1) for row in rows], go_on=False)
+            failed = pc.fill_null(pc.not_equal(table.column("status"), "ok"), True).to_numpy(zero_copy_only=False)
+            np.minimum.at(self._worst, numbers[failed[shown]], RANK[MISSING])
 
     def _scan_verdicts(self, verdicts: StreamedTable) -> None:
         """A slice of rows at a time: what is counted, by the column; what is per case, by each
         run of one case's rows (a case's verdicts follow one another)."""
-        shown_names = PANEL_VERDICT_SHOWN
-        at_outcome, at_judged = shown_names.index("outcome"), PANEL_RUN_LINK_FIELDS.index("judged_by_run")
-        rows = RowDigests(self, "verdicts")
         linked: dict[str | None, int] = {}
-        for start, columns in verdicts.column_groups([*shown_names, *PANEL_RUN_LINK_FIELDS]):
-            shown, links = columns[: len(shown_names)], columns[len(shown_names) :]
-            case_ids, outcomes = shown[0], shown[at_outcome]
-            self.criteria.update(shown[1])
-            for run_id, count in Counter(links[at_judged]).items():
-                if run_id:
-                    self.judged_by[run_id] = self.judged_by.get(run_id, 0) + count
-            for numbers, run_ids in zip(self._links, links):
-                for run_id in dict.fromkeys(run_ids).keys() - linked.keys():
-                    linked[run_id] = len(linked)
-                numbers.extend(map(linked.__getitem__, run_ids))
-            for at, outcome in enumerate(outcomes):
-                if outcome in FAILING:
-                    self.failing.append(failing_row({name: values[at] for name, values in zip(shown_names, shown)}))
-            texts = list(map(repr, zip(*shown)))  # each row as its case's digest takes it
-            ranks = [RANK.get(outcome, UNRANKED) for outcome in outcomes]
-            for first, end in case_runs(case_ids):
-                number = rows.add_text(case_ids[first], "".join(texts[first:end]))
-                if number is not None:
-                    self._verdicts.add_run(number, start + first, end - first)
-                    self._worst[number] = min(self._worst[number], min(ranks[first:end]))
-        rows.close()
+        for start, table, runs in verdicts.case_slices([*PANEL_VERDICT_SHOWN, *PANEL_RUN_LINK_FIELDS]):
+            self.criteria.update(pc.unique(table.column("criterion")).to_pylist())
+            count_runs(self.judged_by, table.column("judged_by_run"))
+            for numbers, name in zip(self._links, PANEL_RUN_LINK_FIELDS):
+                encoded = pc.dictionary_encode(one_array(table.column(name)), null_encoding="encode")
+                known = np.array([linked.setdefault(run_id, len(linked)) for run_id in encoded.dictionary.to_pylist()], dtype=np.int32)
+                numbers.frombytes(known[encoded.indices.to_numpy(zero_copy_only=False)].astype(np.int32).tobytes())
+            outcome = as_text(table.column("outcome"))  # as text even where the table lacks it (nulls)
+            outcomes = pc.dictionary_encode(outcome, null_encoding="encode")
+            failing = pc.is_in(outcome, pa.array(FAILING, outcome.type))
+            if pc.any(failing).as_py():
+                shown_rows = table.select(list(PANEL_VERDICT_SHOWN)).filter(failing).to_pylist()
+                self.failing.extend(map(failing_row, shown_rows))
+            ranks = np.array([RANK.get(outcome, UNRANKED) for outcome in outcomes.dictionary.to_pylist()], dtype=np.int8)
+            ranks = ranks[outcomes.indices.to_numpy(zero_copy_only=False)]
+            kept = self._runs_of_cases(table, runs)
+            if kept is None:
+                continue
+            numbers, firsts, ends, shown = kept
+            self._put_digests(VERDICTS, TableBytes(table.select(list(PANEL_VERDICT_SHOWN))), numbers, list(zip(firsts.tolist(), ends.tolist())), go_on=True)
+            self._verdicts.add_runs(numbers, start + firsts, ends - firsts)
+            worst = np.minimum.reduceat(ranks, np.array([first for first, _ in runs], dtype=np.int64))  # of every run
+            np.minimum.at(self._worst, numbers, worst[shown])
         self._linked = list(linked)
+
+    def _runs_of_cases(self, table: pa.Table, runs: list[tuple[int, int]]) -> tuple[np.ndarray, ...] | None:
+        """(case number, first, end) of each run of one case's rows in `table` whose case the
+        report shows, and which of `runs` those are; None when there is none."""
+        bounds = np.array(runs, dtype=np.int64).reshape(-1, 2)
+        numbers = self._numbers(table.column("case_id").take(pa.array(bounds[:, 0])))
+        shown = numbers >= 0
+        if not shown.any():
+            return None
+        return numbers[shown], bounds[shown, 0], bounds[shown, 1], shown
 
     def _scan_replays(self, replays: StreamedTable) -> None:
         shown_names = [name for name in REPORT_REPLAY_FIELDS if name != "replayed_by_run"]
-        rows = RowDigests(self, "replays")
-        for start, (*shown, replayed_by) in replays.column_groups([*shown_names, "replayed_by_run"]):
-            for offset, (row, run_id) in enumerate(zip(zip(*shown), replayed_by)):
-                if run_id:
-                    self.replayed_by[run_id] = self.replayed_by.get(run_id, 0) + 1
-                number = rows.add(row[0], row)
-                if number is not None:
-                    self._replays.add(number, start + offset)
-        rows.close()
+        for start, table, runs in replays.case_slices([*shown_names, "replayed_by_run"]):
+            count_runs(self.replayed_by, table.column("replayed_by_run"))
+            kept = self._runs_of_cases(table, runs)
+            if kept is None:
+                continue
+            numbers, firsts, ends, _ = kept
+            self._put_digests(REPLAYS, TableBytes(table.select(shown_names)), numbers, list(zip(firsts.tolist(), ends.tolist())), go_on=True)
+            self._replays.add_runs(numbers, start + firsts, ends - firsts)
 
     def failing_first(self) -> tuple[list[str], int]:
         """The case ids as the report shows them: each case whose worst outcome is FAIL, then
@@ -275,66 +321,43 @@ class ReportScan:
     def replay_positions(self, case_id: str) -> range | list[int]:
         return self._replays.positions(self.number.get(case_id))
 
-    def panel_key(self, case_id: str) -> str:
-        """The key a case's panel is kept under: the stored values it shows and the code that
-        renders it (not the runs it links to: filled in as it is written)."""
-        number = self.number[case_id]
-        source = int(self._source[number])
-        shown = (
-            *(self._digest(number, table) for table in DIGESTED),
-            self._digest(source, "runs") if source >= 0 else None,  # a copy's pair shows its source's calls
-        )
-        return panel_key(*(None if digest is None else digest.hex() for digest in shown))
+    def panel_keys(self, case_ids: list[str]) -> list[str]:
+        """The keys the cases' panels are kept under: the stored values each shows (its
+        digests, and a copy's source's recording's: a copy's pair shows its source's calls)
+        and the code that renders it (not the runs it links to: filled in as it is written)."""
+        keys = PanelKeys()
+        digests, width = self._digests, len(DIGESTED) * DIGEST_BYTES
+        found = []
+        for case_id in case_ids:
+            number = self.number[case_id]
+            source = int(self._source[number])
+            source_runs = source * width + RUNS * DIGEST_BYTES
+            found.append(keys.key(
+                digests[number * width : (number + 1) * width]
+                + (digests[source_runs : source_runs + DIGEST_BYTES] if source >= 0 else NO_DIGEST)
+            ))
+        return found
 
-    def run_ids(self, case_id: str) -> tuple[str | None, ...]:
-        """The runs the case's panel links to, each verdict's `PANEL_RUN_LINK_FIELDS` in turn."""
+    def run_ids(self, case_ids: list[str]) -> list[tuple[str | None, ...]]:
+        """The runs each case's panel links to, each verdict's `PANEL_RUN_LINK_FIELDS` in turn."""
+        positions = [self.verdict_positions(case_id) for case_id in case_ids]
+        flat = np.fromiter(chain.from_iterable(positions), dtype=np.int64)
+        numbers = np.stack([np.frombuffer(links, dtype=np.int32)[flat] for links in self._links], axis=1).ravel().tolist()
         linked = self._linked
-        return tuple([linked[numbers[position]] for position in self.verdict_positions(case_id) for numbers in self._links])
+        run_ids = [linked[number] for number in numbers]
+        found, at, width = [], 0, len(self._links)
+        for case_positions in positions:
+            end = at + len(case_positions) * width
+            found.append(tuple(run_ids[at:end]))
+            at = end
+        return found
 
 
-class RowDigests:
-    """A digest of each case's rows in one table, in order: rows of one case follow one
-    another (as stored), so one digest is open at a time; a case met again later goes on from
-    the digest it had."""
-
-    def __init__(self, scan: ReportScan, table: str):
-        self.scan, self.table = scan, table
-        self.number: int | None = None
-        self.hashed: Any = None
-
-    def add(self, case_id: str, row: tuple[Any, ...]) -> int | None:
-        return self.add_text(case_id, repr(row))
-
-    def add_text(self, case_id: str, text: str) -> int | None:
-        """Rows of one case, in order, as the `repr` of each joined (digested as if one at a
-        time: however they are split)."""
-        number = self.scan.number.get(case_id)
-        if number is None:  # a row of no case the report shows
-            return None
-        if number != self.number:
-            self.close()
-            self.number, self.hashed = number, hashlib.sha256(self.scan._digest(number, self.table) or b"")
-        self.hashed.update(text.encode("utf-8"))
-        return number
-
-    def close(self) -> None:
-        if self.number is not None:
-            self.scan._put_digest(self.scan._digests, self.number, self.table, self.hashed.digest()[:DIGEST_BYTES])
-        self.number = None
-
-
-def case_runs(case_ids: list[str | None]) -> Iterator[tuple[int, int]]:
-    """(first, end) of each run of rows of one case."""
-    if not case_ids:
-        return
-    ids = np.array(case_ids, dtype=object)
-    bounds = [0, *(np.flatnonzero(ids[1:] != ids[:-1]) + 1).tolist(), len(case_ids)]
-    yield from zip(bounds, bounds[1:])
-
-
-def short_digest(text: str) -> bytes:
-    """128 bits of a row's SHA-256 (as `row_key`), kept as bytes: half the memory of its hex."""
-    return hashlib.sha256(text.encode("utf-8")).digest()[:16]
+def count_runs(counted: dict[str, int], run_ids: pa.Array) -> None:
+    """Add each run's rows to `counted` (runs in order of appearance; no run, no count)."""
+    for found in pc.value_counts(run_ids).to_pylist():
+        if found["values"]:
+            counted[found["values"]] = counted.get(found["values"], 0) + found["counts"]
 
 
 def failing_row(verdict: dict[str, Any]) -> dict[str, Any]:

@@ -235,12 +235,12 @@ def panel_sections(
 def batch_sections(
     tables: ReportTables, scan: ReportScan, batch: list[str], dagster_url: str | None, panels: PanelStore | None,
 ) -> list[Markup]:
-    keys = [scan.panel_key(case_id) for case_id in batch] if panels is not None else [None] * len(batch)
+    keys = scan.panel_keys(batch) if panels is not None else [None] * len(batch)
     kept = panels.kept(keys) if panels is not None else {}
     left = [case_id for case_id, key in zip(batch, keys) if key not in kept]
     held = HeldCases(tables, scan, left) if left else None
     sections = []
-    for case_id, key in zip(batch, keys):
+    for case_id, key, run_ids in zip(batch, keys, scan.run_ids(batch)):
         if key in kept:
             section = kept[key]
         else:
@@ -250,7 +250,7 @@ def batch_sections(
             section = case_section(panel)  # its run links are holes, filled below
             if panels is not None:
                 panels.put(key, case_id, section)
-        sections.append(with_run_links(section, scan.run_ids(case_id), dagster_url))
+        sections.append(with_run_links(section, run_ids, dagster_url))
     return sections
 
 
@@ -375,7 +375,7 @@ def report_inputs_digest(project_name: str, tables: ReportTables, trials: list[C
     }
     if trials is not None:  # repeated trials only
         parts["trials"] = [summary.model_dump(mode="json") for summary in trials]
-    return frame_digest("report/v2", None, parts, producer="report")
+    return frame_digest("report/v3", None, parts, producer="report")  # v3: tables digested from their Arrow buffers
 
 
 def report_is_current(path: Path, inputs_digest: str) -> bool:

@@ -13,10 +13,11 @@ from typing import Any, Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from ..model.fingerprints import frame_digest
 from ..store.stored import RowGroups, StoredTable
 from ..store.tables import from_json_text
+from .arrow_bytes import TableBytes, table_types
 
 
 # Rows made Python values at a time in a pass over a table.
@@ -82,13 +83,37 @@ class StreamedTable:
         for at, (_, _, start, _) in enumerate(self._groups):  # a pass: nothing kept after it
             yield start, self._read_group(at, names)
 
-    def column_groups(self, names: Iterable[str]) -> Iterator[tuple[int, list[list[Any]]]]:
-        """`groups` with each column a list of Python values (nulls as None), at most
-        `SLICE_ROWS` rows at a time (a table written whole is one group of every row)."""
+    def slices(self, names: Iterable[str]) -> Iterator[tuple[int, pa.Table]]:
+        """`groups`, at most `SLICE_ROWS` rows at a time (a table written whole is one group of
+        every row), each column one array."""
         for start, table in self.groups(names):
             for offset in range(0, table.num_rows, SLICE_ROWS):
-                part = table.slice(offset, SLICE_ROWS)
-                yield start + offset, [column.to_pylist() for column in part.columns]
+                yield start + offset, table.slice(offset, SLICE_ROWS).combine_chunks()
+
+    def case_slices(self, names: Iterable[str], key: str = "case_id") -> Iterator[tuple[int, pa.Table, list[tuple[int, int]]]]:
+        """`slices`, each with its runs of rows of one `key` ((first, end) in the slice), a run
+        never cut between two slices: a run a slice ends with waits for the next slice (or
+        group) and goes on in it when that begins with the same key."""
+        held: tuple[int, pa.Table] | None = None  # (position, rows) of the last run, not yet given
+        for start, table in self.slices(names):
+            if not table.num_rows:
+                continue
+            bounds = run_bounds(table.column(key))
+            if held is not None and table.column(key)[0].as_py() == held[1].column(key)[0].as_py():
+                joined = pa.concat_tables([held[1], table.slice(0, bounds[1])], promote_options="default").combine_chunks()
+                if bounds[1] == table.num_rows:  # the run goes on past this slice too
+                    held = (held[0], joined)
+                    continue
+                yield held[0], joined, [(0, joined.num_rows)]
+                start, table, bounds = start + bounds[1], table.slice(bounds[1]), [bound - bounds[1] for bound in bounds[1:]]
+            elif held is not None:
+                yield held[0], held[1], [(0, held[1].num_rows)]
+            last = bounds[-2]
+            held = (start + last, table.slice(last))
+            if last:
+                yield start, table.slice(0, last), list(zip(bounds[:-2], bounds[1:-1]))
+        if held is not None:
+            yield held[0], held[1], [(0, held[1].num_rows)]
 
     def rows(self, positions: Iterable[int], names: Iterable[str], nested: Iterable[str] = ()) -> dict[int, dict[str, Any]]:
         """position -> the row there as plain values of `names`, JSON text parsed in `nested`;
@@ -112,14 +137,25 @@ class StreamedTable:
         return found
 
     def digest(self, tag: str, names: Iterable[str]) -> str | None:
-        """A digest of the named columns, a group at a time (`frame_digest` of each, then of
-        them all); None when there is no table."""
+        """A digest of the named columns (their names, types and every value, straight from
+        their Arrow buffers: `arrow_bytes`), a group at a time; None when there is no table."""
         if not self.exists:
             return None
         names = list(names)
-        hashed = hashlib.sha256()
+        hashed = hashlib.sha256(tag.encode("utf-8"))
         for _, table in self.groups(names):
-            for offset in range(0, max(table.num_rows, 1), SLICE_ROWS):  # a group of a whole table: a slice at a time
-                part = table.slice(offset, SLICE_ROWS).to_pandas()
-                hashed.update(frame_digest(tag, part, producer="report").encode("utf-8"))
+            hashed.update(table_types(table) + b"\x00%d\x00" % table.num_rows)
+            TableBytes(table).update_all(hashed)
         return f"{tag}:{len(self._groups)}:{hashed.hexdigest()}"
+
+
+def run_bounds(keys: pa.Array | pa.ChunkedArray) -> list[int]:
+    """Where each run of equal `keys` begins, and their end (nulls equal one another)."""
+    rows = len(keys)
+    if not rows:
+        return [0]
+    before, after = keys.slice(0, rows - 1), keys.slice(1)
+    differ = pc.fill_null(pc.not_equal(before, after), True)
+    if keys.null_count:
+        differ = pc.and_(differ, pc.invert(pc.and_(pc.is_null(before), pc.is_null(after))))
+    return [0, *(np.flatnonzero(differ.to_numpy(zero_copy_only=False)) + 1).tolist(), rows]
