@@ -77,7 +77,6 @@ class TableBytes:
         self.record = memoryview(np.ascontiguousarray(sizes, dtype=SIZE).reshape(-1).view(np.uint8))
         self.row_bytes = SIZE.itemsize * len(self.columns)
 
-
     def digests(self, runs: list[tuple[int, int]], befores: list[bytes | None] | None = None) -> list[bytes]:
         """128 bits of the SHA-256 of each run of rows ((first, end), as `row_key`), each going
         on from its `befores` digest when it has one (the digest of rows met earlier)."""
