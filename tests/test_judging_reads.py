@@ -1,6 +1,6 @@
-"""Judging reads what a chunk of clusters needs: recordings stored in several row groups are
-read a row group at a time, never as whole columns, and the verdicts come out as they do from
-recordings read whole."""
+"""Judging reads what a chunk of clusters needs: recordings stored in several row groups, and
+the cases and their copies, are read a row group at a time, never as whole columns, and the
+verdicts come out as they do from recordings read whole."""
 
 from __future__ import annotations
 
@@ -26,12 +26,14 @@ def test_recordings_in_row_groups_are_judged_a_group_at_a_time_to_the_same_verdi
     grouped = StoredTable(grouped_path)
     assert pq.ParquetFile(grouped_path).num_row_groups == -(-len(grouped) // 10) > 2
 
-    read_whole, groups_read = [], []
+    read_whole, groups_read, cases_read_whole = [], [], []
     read_columns, row_groups = StoredTable._read_columns, StoredTable.row_groups
 
     def noted_columns(table, names):
         if table is grouped:
             read_whole.extend(names)
+        if table is stored["cases"]:
+            cases_read_whole.extend(names)
         return read_columns(table, names)
 
     def noted_groups(table):
@@ -51,3 +53,4 @@ def test_recordings_in_row_groups_are_judged_a_group_at_a_time_to_the_same_verdi
     assert by_group.equals(whole)
     assert "trajectory" not in read_whole and "environment_state" not in read_whole  # only keys read whole
     assert set(groups_read) == set(range(pq.ParquetFile(grouped_path).num_row_groups))
+    assert set(cases_read_whole) <= {"case_id", "source_id", "group_id"}  # the cases' keys; their inputs and states by group

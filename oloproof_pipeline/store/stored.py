@@ -253,25 +253,33 @@ class StoredTable:
                 )
 
     def row_groups(self) -> RowGroups:
-        """The table's row groups, to read one at a time: a single stored file's own; a table
-        in memory or stacked is one group of the whole."""
+        """The table's row groups, to read one at a time: each stored file's own, in turn (the
+        cases then their copies, when stacked); a table in memory is one group of the whole."""
         shapes = self._part_shapes()
-        part = self._parts[0] if len(self._parts) == 1 else None
-        if not isinstance(part, PinnedFile):
-            return RowGroups([len(self)], lambda group, names: pa.Table.from_pandas(self.columns(*names), preserve_index=False))
-        try:
-            file = pq.ParquetFile(part.source())
-        except (OSError, ValueError, pa.ArrowException) as error:
-            raise StoredTableError(part.path, _short_reason(error)) from None
-        present = set(shapes[0][0])
+        whole = RowGroups([len(self)], lambda group, names: pa.Table.from_pandas(self.columns(*names), preserve_index=False))
+        if not self._parts or not all(isinstance(part, PinnedFile) for part in self._parts):
+            return whole
+        sizes: list[int] = []
+        found: list[tuple[PinnedFile, pq.ParquetFile, set[str], int]] = []
+        for part, (names, _) in zip(self._parts, shapes):
+            try:
+                file = pq.ParquetFile(part.source())
+            except (OSError, ValueError, pa.ArrowException) as error:
+                raise StoredTableError(part.path, _short_reason(error)) from None
+            groups = [file.metadata.row_group(index).num_rows for index in range(file.num_row_groups)]
+            found.extend((part, file, set(names), index) for index in range(len(groups)))
+            sizes.extend(groups)
+        if not sizes:  # files of no row group at all: no rows
+            return whole
 
         def read(group: int, names: list[str]) -> pa.Table:
+            part, file, present, index = found[group]
             try:
-                return file.read_row_group(group, columns=[name for name in names if name in present])
+                return file.read_row_group(index, columns=[name for name in names if name in present])
             except (OSError, ValueError, pa.ArrowException) as error:
                 raise StoredTableError(part.path, _short_reason(error)) from None
 
-        return RowGroups([file.metadata.row_group(index).num_rows for index in range(file.num_row_groups)], read)
+        return RowGroups(sizes, read)
 
     def copied_as(self, schema: pa.Schema, path: Path) -> bool:
         """When this is one stored file of `schema` (its pandas metadata too), its bytes copied
