@@ -250,6 +250,25 @@ def test_stacked_tables_are_decoded_a_row_group_of_each_file_at_a_time(tmp_path,
     assert groups_read == [0, 1, 3]
 
 
+def test_rows_of_a_stored_table_are_read_from_the_row_groups_holding_them(tmp_path, monkeypatch):
+    """Recording and replaying decode their cases and recordings a slice at a time: the rows
+    asked for are read from their row groups, never the whole columns, to the same rows; rows
+    scattered over more groups than are kept are read from whole columns, once."""
+    monkeypatch.setattr(layout, "FRAME_GROUP_ROWS", 4)
+    path = stored(tmp_path, "recorded_runs", recorded_runs_table(hostile_runs(40)))
+    as_ever = decoded_as_ever(path, RecordedRun, RUN_NESTED)
+    table = StoredTable(path)
+    read_whole: list[str] = []
+    read_columns = StoredTable._read_columns
+    monkeypatch.setattr(StoredTable, "_read_columns", lambda self, names: read_whole.extend(names) or read_columns(self, names))
+    in_slices = [run_models(table, range(start, start + 10)) for start in range(0, 40, 10)]
+    assert read_whole == []
+    assert exactly(model for part in in_slices for model in part.values()) == exactly(as_ever)
+    scattered = list(range(0, 40, 3))  # 10 groups of the 10
+    assert exactly(run_models(table, scattered).values()) == exactly(as_ever[position] for position in scattered)
+    assert "trajectory" in read_whole
+
+
 def test_judging_holds_the_collector_off_while_it_judges(evaluated_example, monkeypatch):
     """Judging a chunk of clusters (decoding it, each verdict, its rows) makes no cycle either:
     the collector stays off while any case is judged, and is on again once the table is made."""
