@@ -14,6 +14,8 @@ from oloproof_pipeline.store.layout import table_path
 from oloproof_pipeline.store.reuse import stored_tables
 from oloproof_pipeline.store.stored import StoredTable
 
+from helpers import watch_reads
+
 
 def test_recordings_in_row_groups_are_judged_a_group_at_a_time_to_the_same_verdicts(evaluated_example, tmp_path, monkeypatch):
     project = load_project(evaluated_example[0])
@@ -28,25 +30,8 @@ def test_recordings_in_row_groups_are_judged_a_group_at_a_time_to_the_same_verdi
     grouped = StoredTable(grouped_path)
     assert pq.ParquetFile(grouped_path).num_row_groups == -(-len(grouped) // 10) > 2
 
-    read_whole, groups_read, cases_read_whole = [], [], []
-    read_columns, row_groups = StoredTable._read_columns, StoredTable.row_groups
-
-    def noted_columns(table, names):
-        if table is grouped:
-            read_whole.extend(names)
-        if table is stored["cases"]:
-            cases_read_whole.extend(names)
-        return read_columns(table, names)
-
-    def noted_groups(table):
-        found = row_groups(table)
-        if table is grouped:
-            read = found.read
-            found.read = lambda group, names: groups_read.append(group) or read(group, names)
-        return found
-
-    monkeypatch.setattr(StoredTable, "_read_columns", noted_columns)
-    monkeypatch.setattr(StoredTable, "row_groups", noted_groups)
+    read_whole, groups_read = watch_reads(monkeypatch, lambda table: table is grouped)
+    cases_read_whole, _ = watch_reads(monkeypatch, lambda table: table is stored["cases"])
     stored = stored_tables(project, "1.0.0")
     by_group, summary = judge_verdict_table(
         project, stored["cases"], grouped, stored["fault_replays"], StoredTable.of(None), version="1.0.0", judged_by_run="again",

@@ -14,6 +14,8 @@ from oloproof_pipeline.store.reuse import stored_tables
 from oloproof_pipeline.store.stored import StoredTable
 from oloproof_pipeline.store.tables import cases_with_copies, runs_from_table
 
+from helpers import watch_reads
+
 
 def test_slices_read_recordings_a_row_group_at_a_time_to_the_rows_the_models_give(evaluated_example, tmp_path, monkeypatch):
     project = load_project(evaluated_example[0])
@@ -22,23 +24,7 @@ def test_slices_read_recordings_a_row_group_at_a_time_to_the_rows_the_models_giv
     grouped = StoredTable(grouped_path)
     assert pq.ParquetFile(grouped_path).num_row_groups == -(-len(grouped) // 10) > 2
 
-    read_whole, groups_read = [], []
-    read_columns, row_groups = StoredTable._read_columns, StoredTable.row_groups
-
-    def noted_columns(table, names):
-        if table is grouped:
-            read_whole.extend(names)
-        return read_columns(table, names)
-
-    def noted_groups(table):
-        found = row_groups(table)
-        if table is grouped:
-            read = found.read
-            found.read = lambda group, names: groups_read.append(group) or read(group, names)
-        return found
-
-    monkeypatch.setattr(StoredTable, "_read_columns", noted_columns)
-    monkeypatch.setattr(StoredTable, "row_groups", noted_groups)
+    read_whole, groups_read = watch_reads(monkeypatch, lambda table: table is grouped)
     stored = {**stored_tables(project, "1.0.0"), "recorded_runs": grouped, "slices": StoredTable()}
     _, rows, reuse = slices_of_version(project, stored, "1.0.0", run_id="again")
     assert not reuse.reused and "trajectory" not in read_whole
