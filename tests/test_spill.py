@@ -54,3 +54,11 @@ def test_a_recording_stage_writes_the_table_its_held_rows_made(refund_desk, tmp_
     assert written.schema.equals(expected.schema, check_metadata=True)
     assert written.drop_columns(drop).equals(expected.drop_columns(drop)) and written.num_rows == len(cases) > 5
     assert not left_behind()
+
+
+def test_rows_spilled_by_a_stage_that_fails_leave_nothing_behind():
+    spilled = SpilledRowBatches(RECORDED_RUNS_SCHEMA, RUN_NESTED)
+    spilled.extend([{"case_id": f"c{index}", "status": "ok"} for index in range(RowBatches.ROWS + 1)])
+    assert len(left_behind()) == 1  # written as the first batch filled, never read back
+    del spilled
+    assert not left_behind()

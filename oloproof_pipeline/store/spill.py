@@ -3,13 +3,15 @@ table is written: the stage holds a batch of rows at a time, and the table assem
 (store/assembly.py) reads them back a row group at a time.
 
 The file is a temporary one, removed from its folder as soon as it is opened for reading: the
-open handle reads it (store/stored.py's `PinnedFile`) and its space goes when that is closed,
-so a stage that fails or is killed leaves nothing behind."""
+open handle reads it (store/stored.py's `PinnedFile`) and its space goes when that is closed.
+A stage that fails before then removes it as its rows are let go (or at exit); only a process
+killed outright leaves it in the temporary folder."""
 
 from __future__ import annotations
 
 import os
 import tempfile
+import weakref
 from contextlib import suppress
 from pathlib import Path
 from typing import Iterable
@@ -33,6 +35,7 @@ class SpilledRows:
             handle, name = tempfile.mkstemp(prefix="oloproof-rows-", suffix=".parquet")
             os.close(handle)
             self._path = Path(name)
+            weakref.finalize(self, _removed, self._path)  # a stage that fails never reads it back
             self._writer = pq.ParquetWriter(self._path, batch.schema)
         self._writer.write_batch(batch, row_group_size=max(batch.num_rows, 1))
 
@@ -44,10 +47,14 @@ class SpilledRows:
         self._writer = None
         table = StoredTable(self._path)
         len(table)  # its footer read now, through the handle the table keeps open
-        with suppress(OSError):  # a system that will not remove an open file leaves it in the temporary folder
-            self._path.unlink()
+        _removed(self._path)  # a system that will not remove an open file leaves it in the temporary folder
         self._path = None
         return table
+
+
+def _removed(path: Path) -> None:
+    with suppress(OSError):
+        path.unlink(missing_ok=True)
 
 
 class SpilledRowBatches(RowBatches):
