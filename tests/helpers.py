@@ -94,3 +94,29 @@ def copy_project(source: Path, target: Path, *, with_store: bool = False) -> Pat
     ignored = ("__pycache__",) if with_store else (".oloproof", "__pycache__")
     shutil.copytree(source, target, ignore=shutil.ignore_patterns(*ignored))
     return target
+
+
+def watch_reads(monkeypatch, watched) -> tuple[list[str], list[int]]:
+    """The columns read whole, and the row groups read, of the stored tables `watched` picks
+    (a function of the table): what a stage held whole, and what a group at a time."""
+    from oloproof_pipeline.store.stored import StoredTable
+
+    read_whole: list[str] = []
+    groups_read: list[int] = []
+    read_columns, row_groups = StoredTable._read_columns, StoredTable.row_groups
+
+    def noted_columns(table, names):
+        if watched(table):
+            read_whole.extend(names)
+        return read_columns(table, names)
+
+    def noted_groups(table):
+        found = row_groups(table)
+        if watched(table):
+            read = found.read
+            found.read = lambda group, names: groups_read.append(group) or read(group, names)
+        return found
+
+    monkeypatch.setattr(StoredTable, "_read_columns", noted_columns)
+    monkeypatch.setattr(StoredTable, "row_groups", noted_groups)
+    return read_whole, groups_read

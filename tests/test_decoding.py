@@ -17,7 +17,8 @@ from pydantic import BaseModel, ValidationError
 from oloproof_pipeline.model.cases import CaseRecord
 from oloproof_pipeline.model.faults import FaultReplay
 from oloproof_pipeline.model.records import RecordedRun
-from oloproof_pipeline.store.decoding import case_models, case_stream, replay_models, run_models
+from oloproof_pipeline.store import layout
+from oloproof_pipeline.store.decoding import GroupedRows, case_models, case_stream, replay_models, run_models
 from oloproof_pipeline.store.layout import write_table_file
 from oloproof_pipeline.store.stored import StoredTable
 from oloproof_pipeline.store.tables import (
@@ -224,6 +225,48 @@ def test_cases_stacked_with_their_copies_decode_alike_in_any_order(tmp_path):
     assert exactly(case_models(stacked, in_order).values()) == exactly(as_ever[position] for position in in_order)
     any_order = [8, 0, 5, 3, 4, 1]
     assert exactly(case_stream(stacked, any_order)) == exactly(as_ever[position] for position in any_order)
+
+
+def test_stacked_tables_are_decoded_a_row_group_of_each_file_at_a_time(tmp_path, monkeypatch):
+    """Tables written from frames are stored in row groups, and the sources and their copies
+    stacked read as the groups of each file in turn: decoding a few cases reads the groups
+    holding them alone, to the models the whole table gives."""
+    monkeypatch.setattr(layout, "FRAME_GROUP_ROWS", 4)
+    cases = hostile_cases(15)
+    sources = stored(tmp_path, "cases", case_table(cases[:6]))
+    copies = stored(tmp_path, "copies", case_table(cases[6:]))
+    assert [pq.ParquetFile(path).num_row_groups for path in (sources, copies)] == [2, 3]
+    as_ever = decoded_as_ever(sources, CaseRecord, CASE_NESTED) + decoded_as_ever(copies, CaseRecord, CASE_NESTED)
+    stacked = StoredTable(sources, copies)
+    groups = stacked.row_groups()
+    assert groups.starts.tolist() == [0, 4, 6, 10, 14]
+    read = groups.read
+    groups_read: list[int] = []
+    groups.read = lambda group, names: groups_read.append(group) or read(group, names)
+    monkeypatch.setattr(StoredTable, "row_groups", lambda table: groups)
+    decoder = GroupedRows(stacked, CaseRecord, CASE_NESTED)
+    wanted = [1, 5, 11, 12]
+    assert exactly(decoder.models(wanted).values()) == exactly(as_ever[position] for position in wanted)
+    assert groups_read == [0, 1, 3]
+
+
+def test_rows_of_a_stored_table_are_read_from_the_row_groups_holding_them(tmp_path, monkeypatch):
+    """Recording and replaying decode their cases and recordings a slice at a time: the rows
+    asked for are read from their row groups, never the whole columns, to the same rows; rows
+    scattered over more groups than are kept are read from whole columns, once."""
+    monkeypatch.setattr(layout, "FRAME_GROUP_ROWS", 4)
+    path = stored(tmp_path, "recorded_runs", recorded_runs_table(hostile_runs(40)))
+    as_ever = decoded_as_ever(path, RecordedRun, RUN_NESTED)
+    table = StoredTable(path)
+    read_whole: list[str] = []
+    read_columns = StoredTable._read_columns
+    monkeypatch.setattr(StoredTable, "_read_columns", lambda self, names: read_whole.extend(names) or read_columns(self, names))
+    in_slices = [run_models(table, range(start, start + 10)) for start in range(0, 40, 10)]
+    assert read_whole == []
+    assert exactly(model for part in in_slices for model in part.values()) == exactly(as_ever)
+    scattered = list(range(0, 40, 3))  # 10 groups of the 10
+    assert exactly(run_models(table, scattered).values()) == exactly(as_ever[position] for position in scattered)
+    assert "trajectory" in read_whole
 
 
 def test_judging_holds_the_collector_off_while_it_judges(evaluated_example, monkeypatch):

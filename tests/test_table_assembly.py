@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import pandas as pd
 import pyarrow.parquet as pq
+from dagster import build_output_context
+from upath import UPath
 
+from oloproof_pipeline.defs.io_manager import ParquetFiles
 from oloproof_pipeline.model.cases import load_cases
 from oloproof_pipeline.model.records import RecordedRun
 from oloproof_pipeline.project import load_project
@@ -112,3 +115,15 @@ def test_a_table_reused_whole_in_place_is_written_as_its_stored_file_without_rea
     write_table_file(written, moved)
     assert pq.ParquetFile(written).num_row_groups == 3 and reads
     assert pq.read_table(written)["case_id"].to_pylist() == [f"c{index}" for index in [19, *range(19)]]
+
+
+def test_a_table_written_through_the_io_manager_lets_go_of_its_rows(tmp_path):
+    """Dagster holds a stage's output until its step ends, after the stage's freed memory was
+    handed back: once written, an assembled table holds no rows, whole or in its sources."""
+    rows = [{"case_id": f"c{index}", "criterion": "k", "outcome": "PASS", "reason": "why"} for index in range(20)]
+    table = assembly.AssembledTable(VERDICTS_SCHEMA, [(frame_from_rows(rows, VERDICTS_SCHEMA), range(20), range(20))], ["case_id", "outcome"])
+    path = tmp_path / "verdicts.parquet"
+    ParquetFiles(base_path=UPath(tmp_path)).dump_to_path(build_output_context(), table, UPath(path))
+    assert pq.read_table(path).num_rows == 20 and list(pq.read_table(path).column("case_id").to_pylist()) == [row["case_id"] for row in rows]
+    assert (len(table), len(table.whole), table.whole.columns.tolist()) == (0, 0, ["case_id", "outcome"])
+    assert not table._parts

@@ -15,8 +15,10 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import chain
 from typing import Any, Iterable
 
+import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict
 
@@ -80,18 +82,61 @@ def facts_of(case: CaseRecord | None, run: RecordedRun | None) -> CaseFacts:
     )
 
 
-def facts_from_tables(cases: pd.DataFrame, runs: pd.DataFrame) -> dict[str, CaseFacts]:
-    """Per case id, from the `case_id` and `metadata` columns of the cases and the `case_id`
-    and `trajectory` columns of the recordings (JSON text): no case or run models needed."""
-    counts: dict[str, tuple[int, int]] = {}
-    for case_id, text in zip(null_to_none(runs["case_id"]), null_to_none(runs["trajectory"])):
-        if isinstance(text, str):
-            steps = from_json_text(text).get("steps") or []  # pydantic-core's parser: json.loads's values, faster
-            counts[case_id] = (sum(step.get("kind") == "tool_call" for step in steps), len(steps))
-    return {
-        case_id: CaseFacts(from_json_text(metadata) if isinstance(metadata, str) else None, *counts.get(case_id, (None, None)))
-        for case_id, metadata in zip(null_to_none(cases["case_id"]), null_to_none(cases["metadata"]))
-    }
+@dataclass
+class CaseBuckets:
+    """Each case's bucket on each slice, as small integer codes (a label once, however many
+    cases share it): per slice, a code per case position, then one more for a case judged but
+    not known (its facts unknown). What counting the verdicts needs, and no case's metadata
+    or trajectory beyond the one being bucketed."""
+
+    case_ids: pd.Index
+    codes: list[np.ndarray]
+    labels: list[list[str]]
+
+    @classmethod
+    def of(cls, specs: list[SliceSpec], case_ids: list[Any], facts: Iterable[CaseFacts]) -> "CaseBuckets":
+        """From each case's facts (in `case_ids` order, ids unique)."""
+        interned: list[dict[str, int]] = [{} for _ in specs]
+        codes = [[] for _ in specs]
+        for each in chain(facts, [CaseFacts()]):  # one case's facts at a time
+            for spec, labels, slice_codes in zip(specs, interned, codes):
+                slice_codes.append(labels.setdefault(case_bucket(spec, each), len(labels)))
+        return cls(pd.Index(case_ids, dtype=object), [np.asarray(each, dtype=np.int64) for each in codes], [list(labels) for labels in interned])
+
+    def positions(self, case_ids: pd.Series) -> np.ndarray:
+        """Per case id, its position (the unknown slot for an id not among the cases)."""
+        found = self.case_ids.get_indexer(case_ids.astype(object))
+        return np.where(found < 0, len(self.case_ids), found)
+
+
+def buckets_of_facts(specs: list[SliceSpec], facts: dict[str, CaseFacts]) -> CaseBuckets:
+    return CaseBuckets.of(specs, list(facts), facts.values())
+
+
+def buckets_from_tables(specs: list[SliceSpec], cases: StoredTable, runs: StoredTable) -> CaseBuckets:
+    """Each case's buckets, from the `case_id` and `metadata` columns of the cases and the
+    `case_id` and `trajectory` columns of the recordings (JSON text): no case or run models
+    needed, each recording's trajectory parsed (a row group at a time) only to count its steps
+    and tool calls, each case's metadata only to bucket it."""
+    read = cases.columns("case_id", "metadata")
+    # A case id twice (the table should have none): its last row, as a dict by id would keep.
+    last = ~read["case_id"].duplicated(keep="last").to_numpy()
+    case_ids = pd.Index(read["case_id"][last].astype(object))
+    metadata = null_to_none(read["metadata"][last])
+    del read
+    tool_calls, steps = np.full(len(case_ids), -1, dtype=np.int64), np.full(len(case_ids), -1, dtype=np.int64)
+    if runs.exists and len(runs):
+        for group in runs.row_groups().each(["case_id", "trajectory"]):
+            at = case_ids.get_indexer(group.column("case_id").to_pandas().astype(object)) if group.num_rows else []
+            for position, text in zip(at, group.column("trajectory").to_pylist() if "trajectory" in group.column_names else []):
+                if position >= 0 and isinstance(text, str):
+                    parsed = from_json_text(text).get("steps") or []  # pydantic-core's parser: json.loads's values, faster
+                    tool_calls[position], steps[position] = sum(step.get("kind") == "tool_call" for step in parsed), len(parsed)
+    facts = (
+        CaseFacts(from_json_text(text) if isinstance(text, str) else None, *((int(calls), int(count)) if count >= 0 else (None, None)))
+        for text, calls, count in zip(metadata, tool_calls.tolist(), steps.tolist())
+    )
+    return CaseBuckets.of(specs, case_ids, facts)
 
 
 def case_bucket(spec: SliceSpec, facts: CaseFacts) -> str:
@@ -175,24 +220,46 @@ def slice_rows_of(
     fdr: float = SLICE_FDR,
 ) -> list[SliceRow]:
     """`slice_rows` from each case's facts."""
-    unknown = CaseFacts()
-    judged = verdicts[verdicts["outcome"] != EXCLUDED]
-    criteria = list(dict.fromkeys(null_to_none(verdicts["criterion"])))  # a list at once: an Arrow column is slow to iterate
+    return slice_rows_by_bucket(specs, verdicts, buckets_of_facts(specs, facts), min_support=min_support, confidence=confidence, fdr=fdr)
+
+
+def slice_rows_by_bucket(
+    specs: list[SliceSpec],
+    verdicts: pd.DataFrame,
+    buckets: CaseBuckets,
+    *,
+    min_support: int,
+    confidence: float = 0.95,
+    fdr: float = SLICE_FDR,
+) -> list[SliceRow]:
+    """`slice_rows` from each case's buckets. The verdicts are counted as codes (criterion,
+    bucket, outcome), never a Python string per verdict."""
+    criterion_codes, criteria = _codes(verdicts["criterion"])
+    outcome_codes, outcomes = _codes(verdicts["outcome"])
+    judged = (verdicts["outcome"] != EXCLUDED).to_numpy(dtype=bool)
+    positions = buckets.positions(verdicts["case_id"])[judged]
+    criterion_codes, outcome_codes = criterion_codes[judged], outcome_codes[judged]
     rows: list[SliceRow] = []
-    judged_case_ids, judged_criteria = null_to_none(judged["case_id"]), null_to_none(judged["criterion"])
-    judged_outcomes = null_to_none(judged["outcome"])
-    for spec in specs:
-        # Each case's bucket once per slice, not once per criterion judging it.
-        bucket_of = {case_id: case_bucket(spec, facts.get(case_id, unknown)) for case_id in dict.fromkeys(judged_case_ids)}
+    for spec, case_codes, labels in zip(specs, buckets.codes, buckets.labels):
+        keys = (criterion_codes * len(labels) + case_codes[positions]) * len(outcomes) + outcome_codes
         by_criterion: dict[str, dict[str, Counter]] = defaultdict(lambda: defaultdict(Counter))
-        for case_id, criterion, outcome in zip(judged_case_ids, judged_criteria, judged_outcomes):
-            by_criterion[criterion][bucket_of[case_id]][outcome] += 1
+        found, counts = np.unique(keys, return_counts=True)
+        for key, count in zip(found.tolist(), counts.tolist()):
+            rest, outcome = divmod(key, len(outcomes))
+            criterion, bucket = divmod(rest, len(labels))
+            by_criterion[criteria[criterion]][labels[bucket]][outcomes[outcome]] = count
         for criterion in criteria:
             outcomes_by_bucket = by_criterion[criterion]
             whole = sum(outcomes_by_bucket.values(), Counter())
             for bucket in _bucket_order(spec, outcomes_by_bucket):
                 rows.append(_bucket_row(spec, criterion, bucket, outcomes_by_bucket[bucket], whole, min_support, confidence))
     return _mark_differences(rows, fdr)
+
+
+def _codes(values: pd.Series) -> tuple[np.ndarray, list[Any]]:
+    """Each value's code, and the distinct values in the order they first appear (a null as None)."""
+    codes, distinct = pd.factorize(values, use_na_sentinel=False)
+    return codes.astype(np.int64), null_to_none(pd.Series(distinct, dtype=object))
 
 
 def _bucket_row(
@@ -243,12 +310,13 @@ def distinct_tests(rows: list[SliceRow]) -> list[list[SliceRow]]:
     return hypotheses
 
 
-def project_slices_of(project: Project, verdicts: pd.DataFrame, facts: dict[str, CaseFacts]) -> list[SliceRow]:
-    """The project's slices over one version's verdicts, from each case's facts."""
-    return slice_rows_of(
+def project_slices_of(project: Project, verdicts: pd.DataFrame, buckets: CaseBuckets) -> list[SliceRow]:
+    """The project's slices over one version's verdicts, from each case's buckets (on the
+    project's slices, in their order)."""
+    return slice_rows_by_bucket(
         [parse_slice_spec(text) for text in project.config.slices],
         verdicts,
-        facts,
+        buckets,
         min_support=project.config.min_slice_support,
         confidence=project.release.confidence_level,
     )
@@ -284,8 +352,9 @@ def slices_of_version(
     )
     if reuse.frame is not None:
         return reuse.frame, slices_from_table(reuse.frame), reuse
-    facts = facts_from_tables(stored["cases"].columns("case_id", "metadata"), stored["recorded_runs"].columns("case_id", "trajectory"))
-    rows = project_slices_of(project, sliced, facts)
+    specs = [parse_slice_spec(text) for text in project.config.slices]
+    buckets = buckets_from_tables(specs, stored["cases"], stored["recorded_runs"])
+    rows = project_slices_of(project, sliced, buckets)
     return slice_table(rows, version=version, sliced_by_run=run_id, inputs_digest=inputs_digest), rows, reuse
 
 

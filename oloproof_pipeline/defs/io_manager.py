@@ -28,6 +28,8 @@ class ParquetFiles(UPathIOManager):
         else:
             write_table_file(target, obj)
         self._written = target
+        if isinstance(obj, AssembledTable):
+            obj.let_go()  # written: nothing reads its rows again
         return_freed_memory()  # the stage is done: what it built and dropped goes back
 
     def get_metadata(self, context: OutputContext, obj: Any) -> dict[str, MetadataValue]:

@@ -5,20 +5,16 @@ recording, so a chunk holds whole clusters (a source and its copies)."""
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from typing import Any
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
-from pydantic import BaseModel
 
 from ..model.cases import CaseRecord
 from ..model.faults import FaultReplay
 from ..model.records import RecordedRun
-from ..store.decoding import case_models, models_in
+from ..store.decoding import GroupedRows
 from ..store.stored import StoredTable
-from ..store.tables import FAULT_REPLAY_NESTED, RUN_NESTED, null_to_none
+from ..store.tables import CASE_NESTED, FAULT_REPLAY_NESTED, RUN_NESTED, null_to_none
 from .base import JudgingContext
 
 # Clusters (a source and its copies) judged together: the models of one chunk are dropped
@@ -47,7 +43,7 @@ class ChunkReader:
     """The stored cases, recordings and replays, decoded a chunk's worth at a time."""
 
     def __init__(self, cases: StoredTable, runs: StoredTable, replays: StoredTable):
-        self.cases = cases
+        self.cases = GroupedRows(cases, CaseRecord, CASE_NESTED)
         self.run_positions = {case_id: position for position, case_id in enumerate(null_to_none(runs.columns("case_id")["case_id"]))}
         self.replay_positions = replay_rows(replays)
         self.judged_under = replay_judging_digests(replays)
@@ -57,7 +53,7 @@ class ChunkReader:
         """Position -> case for the chunk's cases, and what judging them may look at: their
         recordings and their sources', and of the `replays_wanted` (case id, criterion) those
         made from the recordings judged."""
-        chunk_cases = case_models(self.cases, case_positions)
+        chunk_cases = self.cases.models(case_positions)
         needed_runs = {case.case_id for case in chunk_cases.values()} | {
             case.source_id for case in chunk_cases.values() if case.source_id
         }
@@ -88,43 +84,3 @@ def replay_judging_digests(replays: StoredTable) -> list[str | None]:
     if not replays.exists or not len(replays) or "judging_digest" not in replays.names:
         return []
     return null_to_none(replays.columns("judging_digest")["judging_digest"])
-
-
-class GroupedRows:
-    """A stored table's rows decoded for a chunk, a row group at a time (a table in memory or
-    stacked is one group of the whole): only the groups holding the rows asked for, the last
-    few kept as Arrow read them (the next chunks' rows mostly lie in them), so judging never
-    holds its large columns whole, nor as Python strings beyond the rows it decodes."""
-
-    # A chunk's rows lie in three runs of the table (its sources, and each transform's copies),
-    # each in one row group or across two.
-    GROUPS_KEPT = 6
-
-    def __init__(self, table: StoredTable, model: type[BaseModel], nested: tuple[str, ...]):
-        self.model, self.nested = model, nested
-        self.groups = table.row_groups() if table.exists and len(table) else None
-        self.names = [name for name in model.model_fields if name in table.names] if self.groups is not None else []
-        self.kept: OrderedDict[int, pa.Table] = OrderedDict()
-
-    def models(self, positions: list[int]) -> dict[int, Any]:
-        """Position -> the model there."""
-        if self.groups is None or not positions:
-            return {}
-        wanted = np.unique(np.asarray(positions, dtype=np.int64))
-        group_of = np.searchsorted(self.groups.starts, wanted, side="right") - 1
-        found: dict[int, Any] = {}
-        for group in np.unique(group_of).tolist():
-            start = int(self.groups.starts[group])
-            local = (wanted[group_of == group] - start).tolist()
-            found.update((start + position, model) for position, model in models_in(self._group(group), local, self.model, self.nested).items())
-        return found
-
-    def _group(self, group: int) -> pa.Table:
-        if group in self.kept:
-            self.kept.move_to_end(group)
-        else:
-            self.kept[group] = self.groups.read(group, self.names)
-            while len(self.kept) > self.GROUPS_KEPT:
-                self.kept.popitem(last=False)
-        return self.kept[group]
-

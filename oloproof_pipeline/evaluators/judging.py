@@ -127,7 +127,7 @@ def judge_verdict_rows(
     summary.judge_spent = judge_spending(project.evaluators) - spent_before
     summary.has_model_judges = any(evaluator.calls_model for evaluator in project.evaluators)
     summary.judged = len(entries)
-    summary.judged_by_criterion.update(wanted.criteria[entries].tolist())
+    summary.judged_by_criterion.update(wanted.criteria_at(entries))
     del wanted  # the keys of every verdict: not needed to put the table together
     for decoded in (cases, runs, replays):  # nor the columns the judged rows were decoded from
         decoded.forget()
@@ -181,14 +181,14 @@ def judge_chunk(
     chunk's cases, recordings and replays decoded."""
     evaluators, count = project.evaluators, wanted.evaluators
     chunk_cases, context = reader.read(
-        [entry // count for entry in chunk], list(zip(wanted.case_ids[chunk].tolist(), wanted.criteria[chunk].tolist()))
+        [entry // count for entry in chunk], list(zip(wanted.case_ids_at(chunk), wanted.criteria_at(chunk)))
     )
     pairs = [(evaluators[entry % count], chunk_cases[entry // count]) for entry in chunk]
     verdicts = judged(pairs, context, project.config.concurrency.judge)
     inputs_keys = wanted.inputs_keys.take(pa.array(chunk, pa.int64())).to_pylist()
     keys = {
-        "evaluator_digest": wanted.evaluator_digests[chunk].tolist(),
-        "recording_key": wanted.recording_keys[chunk].tolist(),
+        "evaluator_digest": wanted.digests_at(chunk),
+        "recording_key": wanted.recording_keys_at(chunk),
         # A verdict that is not reusable (a judge that could not be reached) keeps no key.
         "inputs_key": [key if evaluator.reusable(verdict) else None for key, (evaluator, _), verdict in zip(inputs_keys, pairs, verdicts)],
     }

@@ -73,18 +73,44 @@ def replay_keys(replays: StoredTable) -> dict[tuple[str, str], str]:
 class WantedVerdicts:
     """One entry per case and criterion, in case then evaluator order (entry = case position
     times the number of evaluators plus the evaluator's): the cache key of the verdict it
-    should hold, as columns (arrays), for tables of any size."""
+    should hold, for tables of any size. What repeats is held once: the case ids and their
+    recordings' keys per case (Arrow text, no Python string each), the criteria and evaluator
+    digests per evaluator; only the inputs keys per entry."""
 
-    case_ids: np.ndarray
-    criteria: np.ndarray
-    evaluator_digests: np.ndarray
-    recording_keys: np.ndarray
+    case_id_column: pa.StringArray
+    criterion_names: list[str]
+    digests: list[str]
+    recording_key_column: pa.StringArray
     # Each a `row_key` (32 characters), one after another in one buffer: no Python string each.
     inputs_keys: pa.StringArray
     evaluators: int
 
     def __len__(self) -> int:
         return len(self.inputs_keys)
+
+    def case_ids_at(self, entries: np.ndarray | list[int]) -> list[str | None]:
+        if not len(entries):
+            return []
+        return self.case_id_column.take(pa.array(np.asarray(entries, dtype=np.int64) // self.evaluators)).to_pylist()
+
+    def recording_keys_at(self, entries: np.ndarray | list[int]) -> list[str | None]:
+        if not len(entries):
+            return []
+        return self.recording_key_column.take(pa.array(np.asarray(entries, dtype=np.int64) // self.evaluators)).to_pylist()
+
+    def criteria_at(self, entries: np.ndarray | list[int]) -> list[str]:
+        return [self.criterion_names[entry % self.evaluators] for entry in np.asarray(entries, dtype=np.int64).tolist()]
+
+    def digests_at(self, entries: np.ndarray | list[int]) -> list[str]:
+        return [self.digests[entry % self.evaluators] for entry in np.asarray(entries, dtype=np.int64).tolist()]
+
+    def entry_case_ids(self) -> pa.Array:
+        """Each entry's case id (an Arrow column as long as the entries)."""
+        return self.case_id_column.take(pa.array(np.repeat(np.arange(len(self.case_id_column), dtype=np.int64), self.evaluators)))
+
+    def entry_criteria(self) -> pa.Array:
+        """Each entry's criterion."""
+        return pa.array(self.criterion_names * len(self.case_id_column), pa.string())
 
 
 def verdict_keys(project: Project, cases: pd.DataFrame, runs: StoredTable, replays: StoredTable, version: str) -> WantedVerdicts:
@@ -107,14 +133,13 @@ def verdict_keys(project: Project, cases: pd.DataFrame, runs: StoredTable, repla
         for criterion, prefix in zip(criteria, prefixes):
             replay = replayed.get((case_id, criterion))
             inputs += prefix.key(recordings_tail, no_replay if replay is None else row_key_tail(replay)).encode()
-    count = len(criteria)
     return WantedVerdicts(
-        case_ids=np.repeat(np.array(case_ids, dtype=object), count),
-        criteria=np.tile(np.array(criteria, dtype=object), len(case_ids)),
-        evaluator_digests=np.tile(np.array(digests, dtype=object), len(case_ids)),
-        recording_keys=np.repeat(np.array(own, dtype=object), count),
+        case_id_column=pa.array(case_ids, pa.string()),
+        criterion_names=criteria,
+        digests=digests,
+        recording_key_column=pa.array(own, pa.string()),
         inputs_keys=fixed_width_text(inputs, ROW_KEY_CHARACTERS),
-        evaluators=count,
+        evaluators=len(criteria),
     )
 
 
@@ -134,15 +159,14 @@ def stored_positions(wanted: WantedVerdicts, stored: StoredTable) -> np.ndarray:
         return np.full(len(wanted), -1)
     previous = stored.columns("case_id", "criterion")
     stored_cases, stored_criteria = (pa.array(previous[name], pa.string()) for name in ("case_id", "criterion"))
-    wanted_cases = wanted.case_ids[:: max(wanted.evaluators, 1)]
-    criteria = wanted.criteria[: wanted.evaluators]
-    if len(previous) == len(wanted) and pc.all(pc.equal(stored_cases, pa.array(wanted.case_ids, pa.string()))).as_py() and pc.all(
-        pc.equal(stored_criteria, pa.array(wanted.criteria, pa.string()))
+    wanted_cases, criteria = wanted.case_id_column, wanted.criterion_names
+    if len(previous) == len(wanted) and pc.all(pc.equal(stored_cases, wanted.entry_case_ids())).as_py() and pc.all(
+        pc.equal(stored_criteria, wanted.entry_criteria())
     ).as_py():
         return np.arange(len(wanted))
-    if len(set(wanted_cases.tolist())) < len(wanted_cases) or len(set(criteria.tolist())) < len(criteria):
+    if pc.count_distinct(wanted_cases, mode="all").as_py() < len(wanted_cases) or len(set(criteria)) < len(criteria):
         return _positions_by_key(wanted, previous)  # the same key twice: each entry finds the last stored row
-    case_at = pc.index_in(stored_cases, value_set=pa.array(wanted_cases, pa.string())).fill_null(-1).to_numpy()
+    case_at = pc.index_in(stored_cases, value_set=wanted_cases).fill_null(-1).to_numpy()
     criterion_at = pc.index_in(stored_criteria, value_set=pa.array(criteria, pa.string())).fill_null(-1).to_numpy()
     named = np.flatnonzero((case_at >= 0) & (criterion_at >= 0))
     positions = np.full(len(wanted), -1, dtype=np.int64)
@@ -153,7 +177,7 @@ def stored_positions(wanted: WantedVerdicts, stored: StoredTable) -> np.ndarray:
 
 def _positions_by_key(wanted: WantedVerdicts, previous: pd.DataFrame) -> np.ndarray:
     at = {key: position for position, key in enumerate(zip(null_to_none(previous["case_id"]), null_to_none(previous["criterion"])))}
-    return np.array([at.get(key, -1) for key in zip(wanted.case_ids.tolist(), wanted.criteria.tolist())], dtype=np.int64)
+    return np.array([at.get(key, -1) for key in zip(wanted.entry_case_ids().to_pylist(), wanted.entry_criteria().to_pylist())], dtype=np.int64)
 
 
 @dataclass
@@ -193,20 +217,22 @@ def why_judged(wanted: WantedVerdicts, entries: np.ndarray, positions: np.ndarra
     again = stored_at[stored_at >= 0]
     keys = stored.columns("evaluator_digest", "recording_key", "inputs_key").iloc[again] if len(again) else None
     stored_keys = zip(*(null_to_none(keys[name]) for name in keys.columns)) if keys is not None else iter(())
+    recordings_wanted = iter(wanted.recording_keys_at(entries[stored_at >= 0]))
     for entry, position in zip(entries.tolist(), stored_at.tolist()):
-        criterion = wanted.criteria[entry]
+        criterion = wanted.criterion_names[entry % wanted.evaluators]
         if position < 0:
             reason = "new case" if criterion in known_criteria or not known_criteria else "new evaluator"
             summary.why[(criterion, JUDGED, reason)] += 1
             continue
         evaluator_digest, recording, inputs = next(stored_keys)
+        recording_wanted = next(recordings_wanted)
         if evaluator_digest is None:
             reason = "no cache key stored with the verdict"
         elif inputs is None:
             reason = "its judge did not answer last time"
-        elif evaluator_digest != wanted.evaluator_digests[entry]:
+        elif evaluator_digest != wanted.digests[entry % wanted.evaluators]:
             reason = "evaluator changed"
-        elif recording != wanted.recording_keys[entry]:
+        elif recording != recording_wanted:
             reason = "recording changed"
         else:
             reason = "fault replay or the source's recording changed"

@@ -36,8 +36,15 @@ class VerdictColumns:
     `BATCH_ROWS` rows (so a large table never exists as Python strings all at once), repeated
     text held as dictionaries (`COMPACT_VERDICTS_SCHEMA`), then one table of `VERDICTS_SCHEMA`."""
 
+    # Rows of the small batches a chunk's verdicts make, merged into one batch (its dictionaries
+    # unified): its buffers are large enough to be mapped apart from the heap, so the heap the
+    # chunks' models come and go in is not kept resident by a few live rows here and there.
+    MERGED_ROWS = 16384
+
     def __init__(self) -> None:
         self._batches: list[pa.RecordBatch] = []
+        self._small: list[pa.RecordBatch] = []
+        self._small_rows = 0
 
     def add(
         self, verdicts: Sequence[Verdict], cases: Sequence[CaseRecord], context: JudgingContext, version: str, judged_by_run: str,
@@ -47,8 +54,18 @@ class VerdictColumns:
         replayed and judged them; `keys`: their cache key columns (`KEY_COLUMNS`; none: nulls)."""
         for start in range(0, len(verdicts), BATCH_ROWS):
             end = start + BATCH_ROWS
-            self._batches.append(self._batch(verdicts[start:end], cases[start:end], context, version, judged_by_run,
-                                             {name: values[start:end] for name, values in (keys or {}).items()}))
+            self._small.append(self._batch(verdicts[start:end], cases[start:end], context, version, judged_by_run,
+                                           {name: values[start:end] for name, values in (keys or {}).items()}))
+            self._small_rows += self._small[-1].num_rows
+            if self._small_rows >= self.MERGED_ROWS:
+                self._merge()
+
+    def _merge(self) -> None:
+        """The small batches as one (none when there are none)."""
+        if self._small:
+            merged = pa.Table.from_batches(self._small, schema=COMPACT_VERDICTS_SCHEMA).combine_chunks()
+            self._batches.extend(merged.to_batches())
+            self._small, self._small_rows = [], 0
 
     @staticmethod
     def _batch(
@@ -84,11 +101,13 @@ class VerdictColumns:
 
     def add_batches(self, batches: list[pa.RecordBatch]) -> None:
         """Rows made elsewhere (another process's, `COMPACT_VERDICTS_SCHEMA`), as they are."""
+        self._merge()
         self._batches.extend(batches)
 
     def compact(self) -> pa.Table:
         """The rows as they are held (repeated text as dictionaries): what a table assembled from
         them reads a row group at a time (store/assembly.py decodes the dictionaries)."""
+        self._merge()
         batches, self._batches = self._batches, []
         return pa.Table.from_batches(batches, schema=COMPACT_VERDICTS_SCHEMA)
 

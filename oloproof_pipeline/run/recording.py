@@ -27,6 +27,7 @@ from ..model.records import RecordedRun, RecordingRow
 from ..model.trials import FIRST_TRIAL
 from ..store.assembly import AssembledTable
 from ..store.decoding import MODELS_AT_ONCE
+from ..store.spill import SpilledRowBatches
 from ..store.stored import StoredTable
 from ..store.tables import (
     CASE_NESTED,
@@ -259,10 +260,15 @@ class RecordingStage:
             )
             for trial in self.trials
         }
-        recordings = Recordings(known, plans, {trial: RowBatches(self.stored.schema, RUN_NESTED) for trial in self.trials})
+        recordings = Recordings(known, plans, {trial: self.new_rows() for trial in self.trials})
         for trial, plan in plans.items():
             self.explain(trial, plan, recordings.summary)
         return recordings
+
+    def new_rows(self) -> RowBatches:
+        """Where the rows recorded now go: written to a file of their own as they come (a
+        recording carries its trajectory and state, a few KiB), read back as the table is."""
+        return SpilledRowBatches(self.stored.schema, RUN_NESTED)
 
     def known_of(self, known: pd.DataFrame, trial: int) -> pd.DataFrame:
         """The known recordings of one trial (the whole table holds trial 1)."""
@@ -300,7 +306,7 @@ class RecordingStage:
         self.cases.forget()  # the columns the cases recorded were made from (the keys are kept apart)
         summary = recordings.summary
         new = recordings.new[FIRST_TRIAL]
-        frame = recorded_rows(self.keys, recordings.plans[FIRST_TRIAL], recordings.known, new.table())
+        frame = recorded_rows(self.keys, recordings.plans[FIRST_TRIAL], recordings.known, new.rows())
         summary.new = new.count
         summary.reused = len(self.keys) - new.count
         stored = recordings.known.stored
@@ -363,17 +369,18 @@ def record_case_table(project: Project, cases: StoredTable, **run: Any) -> tuple
     return table.frame(), summary
 
 
-def recorded_rows(keys: pd.DataFrame, plan: RecordingPlan, known: KnownWork, new: pa.Table) -> AssembledTable:
+def recorded_rows(keys: pd.DataFrame, plan: RecordingPlan, known: KnownWork, new: pa.Table | StoredTable) -> AssembledTable:
     """`recorded_table`, with the reused rows left in the stored file (and the journal's
     rows) until the table is written: planned from `known`'s few columns."""
     reused = plan.reuse.dropna().astype(int)
     from_file = reused[reused < known.stored_rows]
     from_journal = reused[reused >= known.stored_rows]
     by_id = dict(zip(null_to_none(keys["case_id"]), keys.index))
+    new_case_ids = new.column("case_id").to_pylist() if isinstance(new, pa.Table) else null_to_none(new.columns("case_id")["case_id"])
     parts = [
         (known.table, from_file.to_numpy(), from_file.index),
         (known.journaled, from_journal.to_numpy() - known.stored_rows, from_journal.index),
-        (new, range(new.num_rows), [by_id[case_id] for case_id in new.column("case_id").to_pylist()]),
+        (new, range(len(new)), [by_id[case_id] for case_id in new_case_ids]),
     ]
     return AssembledTable(RECORDED_RUNS_SCHEMA, parts, WHOLE_COLUMNS, column_values={"case_id": null_to_none(keys["case_id"])})
 

@@ -21,7 +21,7 @@ from ..model.fingerprints import row_key
 from ..model.records import RecordedRun, RecordingRow
 from ..store.layout import table_path, write_table_file
 from ..store.stored import StoredTable
-from ..store.tables import RUN_NESTED, TRIAL_RUNS_SCHEMA, frame_from_rows
+from ..store.tables import RUN_NESTED, TRIAL_RUNS_SCHEMA, RowBatches, frame_from_rows
 from .budget import Spend
 from .recording import RECORDED, RECORDINGS, RecordingPlan, Recordings, RecordingStage, RecordingSummary, recorded_table
 from .sandboxes import Sandboxes
@@ -55,6 +55,10 @@ class TrialStage(RecordingStage):
 
     def row(self, row: dict[str, Any], trial: int) -> dict[str, Any]:
         return {**row, "trial": trial, "recording_key": trial_recording_key(row, trial)}
+
+    def new_rows(self) -> RowBatches:
+        """Held as they come: the trials' table is put together as a frame."""
+        return RowBatches(self.stored.schema, RUN_NESTED)
 
     def assemble(self, recordings: Recordings) -> tuple[pd.DataFrame, RecordingSummary]:
         """The table (trial then case order), written beside `recorded_runs`."""

@@ -104,6 +104,15 @@ class AssembledTable:
                 columns.update(zip(self.streamed, streamed))
                 writer.write_table(pa.table([columns[name] for name in schema.names], schema=schema))
 
+    def let_go(self) -> None:
+        """Drop the rows once written: the stage's output is held until its step ends, after
+        the memory it freed was handed back; its new rows (many small buffers) would then stay
+        resident until the next stage ends."""
+        self._parts, self._same_as = [], None
+        # Emptied anew: a slice of the frame would keep its columns' buffers.
+        self.whole = pd.DataFrame({name: pd.Series([], dtype=dtype) for name, dtype in self.whole.dtypes.items()})
+        self.num_rows = 0
+
     def frame(self) -> pd.DataFrame:
         """The whole table as the frame it is written from (for scripts and tests)."""
         frame = self.whole.copy()

@@ -61,14 +61,19 @@ def kept_or_derived(project: Project, sources: pd.DataFrame, stored: pd.DataFram
     made = derive_missing(project, sources, keys, stored_at, places)
     frames: list[pd.DataFrame] = []
     summaries: list[LabelSummary] = []
-    for transform, place, wanted, new in zip(project.config.metamorphic.transforms, places, keys, made):
+    for index, (transform, place, wanted) in enumerate(zip(project.config.metamorphic.transforms, places, keys)):
         kept = [(position, stored_at[key]) for position, key in enumerate(wanted) if key in stored_at]
+        new, made[index] = made[index], None  # each transform's copies held once: in order, not also as made
         labelled, summary = with_labels(project, transform, place, in_source_order(stored, kept, new), sources=len(sources))
+        del new
         frames.append(labelled)
         summaries.append(summary)
     whole = pd.concat(frames, ignore_index=True) if frames else derived_case_table([])
+    del frames  # the whole table's rows are its own now
     # Through the table's schema: kept and new rows come out with the same column types.
-    return pa.Table.from_pandas(whole, schema=DERIVED_CASES_SCHEMA, preserve_index=False).to_pandas(), summaries
+    table = pa.Table.from_pandas(whole, schema=DERIVED_CASES_SCHEMA, preserve_index=False)
+    del whole
+    return table.to_pandas(), summaries
 
 
 def stored_positions(stored: pd.DataFrame | None) -> dict[str, int]:

@@ -3,8 +3,10 @@ replaying and judging decode the few rows whose work is left, never a whole tabl
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any, Iterable, Iterator
 
+import numpy as np
 import pyarrow as pa
 from pydantic import BaseModel
 
@@ -69,3 +71,45 @@ def models_in(rows: pa.Table, positions: Iterable[int], model: type[BaseModel], 
     values = [[from_json_text(text) for text in column] if name in parsed else column for name, column in zip(names, columns)]
     with collection_paused():
         return {position: model.model_validate(dict(zip(names, row))) for position, row in zip(unique, zip(*values))}
+
+
+class GroupedRows:
+    """A stored table's rows decoded a few at a time, a row group at a time (each stacked
+    file's own; a table in memory is one group of the whole): only the groups holding the rows
+    asked for, the last few kept as Arrow read them (the next rows asked for mostly lie in
+    them), so a stage never holds its large columns whole, nor as Python strings beyond the
+    rows it decodes."""
+
+    # A chunk's rows lie in a few runs of the table (its sources, and each transform's copies),
+    # each in one row group or across two: the groups of the last call are kept, and at least
+    # this many.
+    GROUPS_KEPT = 6
+
+    def __init__(self, table: StoredTable, model: type[BaseModel], nested: tuple[str, ...]):
+        self.model, self.nested = model, nested
+        self.groups = table.row_groups() if table.exists and len(table) else None
+        self.names = [name for name in model.model_fields if name in table.names] if self.groups is not None else []
+        self.kept: OrderedDict[int, pa.Table] = OrderedDict()
+
+    def models(self, positions: list[int]) -> dict[int, Any]:
+        """Position -> the model there."""
+        if self.groups is None or not positions:
+            return {}
+        wanted = np.unique(np.asarray(positions, dtype=np.int64))
+        group_of = np.searchsorted(self.groups.starts, wanted, side="right") - 1
+        found: dict[int, Any] = {}
+        used = np.unique(group_of).tolist()
+        for group in used:
+            start = int(self.groups.starts[group])
+            local = (wanted[group_of == group] - start).tolist()
+            found.update((start + position, model) for position, model in models_in(self._group(group), local, self.model, self.nested).items())
+        while len(self.kept) > max(self.GROUPS_KEPT, len(used)):  # the least recently used first
+            self.kept.popitem(last=False)
+        return found
+
+    def _group(self, group: int) -> pa.Table:
+        if group in self.kept:
+            self.kept.move_to_end(group)
+        else:
+            self.kept[group] = self.groups.read(group, self.names)
+        return self.kept[group]

@@ -108,6 +108,12 @@ class WritesParquet(Protocol):
     def write_parquet(self, path: Path) -> None: ...
 
 
+# Rows per row group of a table written from a frame (the cases, their copies, the replays):
+# a stage that decodes a few rows of it at a time reads the groups holding them, never the
+# whole file (Parquet's default is one group of up to a million rows).
+FRAME_GROUP_ROWS = 1024
+
+
 def write_table_file(path: Path, frame: pd.DataFrame | WritesParquet) -> None:
     """Write next to the target and rename, so a reader never sees half a file; the name is
     the writer's own, as two runs of one version may write the same table at once."""
@@ -115,7 +121,7 @@ def write_table_file(path: Path, frame: pd.DataFrame | WritesParquet) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         if isinstance(frame, pd.DataFrame):
-            frame.to_parquet(partial, index=False)
+            frame.to_parquet(partial, index=False, row_group_size=FRAME_GROUP_ROWS)
         else:
             frame.write_parquet(partial)
         partial.rename(path)

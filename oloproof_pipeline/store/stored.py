@@ -10,6 +10,7 @@ started with, never a column of one and a row of another."""
 from __future__ import annotations
 
 import os
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
@@ -20,7 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .journal import log
-from .layout import StoredTableError, _short_reason, read_parquet, table_path
+from .layout import StoredTableError, _short_reason, table_path
 from .tables import REPEATED_TEXT, from_json_text, required_columns, rows_from_frame
 
 Part = Path | pd.DataFrame
@@ -138,6 +139,9 @@ class StoredTable:
         # Typed columns as Arrow sees them (made once: seeing a float column finds its NaNs).
         self._typed: dict[str, pa.Array | pa.ChunkedArray] = {}
         self._shapes: list[tuple[list[str], int]] | None = None
+        # Row groups read for `rows`, the last few kept as Arrow read them (by group and columns).
+        self._groups: RowGroups | None = None
+        self._groups_kept: OrderedDict[tuple[int, tuple[str, ...]], pa.Table] = OrderedDict()
 
     @classmethod
     def of(cls, frame: pd.DataFrame | None) -> "StoredTable":
@@ -224,9 +228,11 @@ class StoredTable:
             read = {name: part[name].reset_index(drop=True) for name in present}
         elif present:
             try:
-                repeated = [name for name in present if name in REPEATED_TEXT]
-                table = read_parquet(part.source(), columns=present, read_dictionary=repeated)
-                read = dict(table.to_pandas().items())
+                # One chunk per column (a file of several row groups reads as several): pandas'
+                # operations on a column of many chunks join them again and again. Read and
+                # joined a column at a time, so joining holds one column twice, never all.
+                file = pq.ParquetFile(part.source(), read_dictionary=[name for name in present if name in REPEATED_TEXT])
+                read = {name: file.read(columns=[name]).combine_chunks().to_pandas()[name] for name in present}
             except (OSError, ValueError, pa.ArrowException) as error:
                 raise StoredTableError(part.path, _short_reason(error)) from None
         else:
@@ -251,25 +257,33 @@ class StoredTable:
                 )
 
     def row_groups(self) -> RowGroups:
-        """The table's row groups, to read one at a time: a single stored file's own; a table
-        in memory or stacked is one group of the whole."""
+        """The table's row groups, to read one at a time: each stored file's own, in turn (the
+        cases then their copies, when stacked); a table in memory is one group of the whole."""
         shapes = self._part_shapes()
-        part = self._parts[0] if len(self._parts) == 1 else None
-        if not isinstance(part, PinnedFile):
-            return RowGroups([len(self)], lambda group, names: pa.Table.from_pandas(self.columns(*names), preserve_index=False))
-        try:
-            file = pq.ParquetFile(part.source())
-        except (OSError, ValueError, pa.ArrowException) as error:
-            raise StoredTableError(part.path, _short_reason(error)) from None
-        present = set(shapes[0][0])
+        whole = RowGroups([len(self)], lambda group, names: pa.Table.from_pandas(self.columns(*names), preserve_index=False))
+        if not self._parts or not all(isinstance(part, PinnedFile) for part in self._parts):
+            return whole
+        sizes: list[int] = []
+        found: list[tuple[PinnedFile, pq.ParquetFile, set[str], int]] = []
+        for part, (names, _) in zip(self._parts, shapes):
+            try:
+                file = pq.ParquetFile(part.source())
+            except (OSError, ValueError, pa.ArrowException) as error:
+                raise StoredTableError(part.path, _short_reason(error)) from None
+            groups = [file.metadata.row_group(index).num_rows for index in range(file.num_row_groups)]
+            found.extend((part, file, set(names), index) for index in range(len(groups)))
+            sizes.extend(groups)
+        if not sizes:  # files of no row group at all: no rows
+            return whole
 
         def read(group: int, names: list[str]) -> pa.Table:
+            part, file, present, index = found[group]
             try:
-                return file.read_row_group(group, columns=[name for name in names if name in present])
+                return file.read_row_group(index, columns=[name for name in names if name in present])
             except (OSError, ValueError, pa.ArrowException) as error:
                 raise StoredTableError(part.path, _short_reason(error)) from None
 
-        return RowGroups([file.metadata.row_group(index).num_rows for index in range(file.num_row_groups)], read)
+        return RowGroups(sizes, read)
 
     def copied_as(self, schema: pa.Schema, path: Path) -> bool:
         """When this is one stored file of `schema` (its pandas metadata too), its bytes copied
@@ -294,6 +308,7 @@ class StoredTable:
         read reads them again from the same open file."""
         self._read.clear()
         self._typed.clear()
+        self._groups_kept.clear()
 
     def whole(self, schema: pa.Schema | None = None) -> pd.DataFrame:
         """Every column (of `schema` when given, nulls for those the table lacks)."""
@@ -322,11 +337,58 @@ class StoredTable:
         names, positions = list(names), list(positions)
         if not positions:
             return []
+        at = np.asarray(positions, dtype=np.int64)
+        values = self._taken_by_group(at, names) if self._by_group(at, names) else self._taken_from_columns(positions, at, names)
+        parsed = set(nested)
+        values = [[from_json_text(text) for text in column] if name in parsed else column for name, column in zip(names, values)]
+        return [dict(zip(names, row)) for row in zip(*values)]
+
+    # Row groups `rows` keeps as read (at least those of its last call): rows asked for a slice
+    # at a time in order lie in one or two of them.
+    GROUPS_KEPT = 8
+
+    def _by_group(self, at: np.ndarray, names: list[str]) -> bool:
+        """Whether the rows at `at` are read from their row groups (a stored table's, stacked or
+        not): unless their columns were read whole already, or they lie scattered over more
+        groups than are kept (read from whole columns, once, then)."""
+        if not self._parts or not all(isinstance(part, PinnedFile) for part in self._parts):
+            return False
+        if all(name in self._read for name in names):
+            return False
+        if self._groups is None:
+            self._groups = self.row_groups()
+        groups = np.unique(np.searchsorted(self._groups.starts, at, side="right") - 1)
+        return len(groups) <= self.GROUPS_KEPT
+
+    def _taken_by_group(self, at: np.ndarray, names: list[str]) -> list[list[Any]]:
+        """Each named column's values at `at`, taken from the row groups holding them (nulls
+        for a column a file lacks)."""
+        assert self._groups is not None
+        starts, key = self._groups.starts, tuple(names)
+        group_of = np.searchsorted(starts, at, side="right") - 1
+        columns: list[list[Any]] = [[None] * len(at) for _ in names]
+        used = np.unique(group_of).tolist()
+        for group in used:
+            slots = np.flatnonzero(group_of == group)
+            if (group, key) in self._groups_kept:
+                self._groups_kept.move_to_end((group, key))
+            else:
+                self._groups_kept[(group, key)] = self._groups.read(group, names)
+            taken = self._groups_kept[(group, key)].take(pa.array(at[slots] - starts[group]))
+            for column, name in zip(columns, names):
+                if name in taken.column_names:
+                    for slot, value in zip(slots.tolist(), taken.column(name).to_pylist()):
+                        column[slot] = value
+        while len(self._groups_kept) > max(self.GROUPS_KEPT, len(used)):  # the least recently used first
+            self._groups_kept.popitem(last=False)
+        return columns
+
+    def _taken_from_columns(self, positions: list[int], at: np.ndarray, names: list[str]) -> list[list[Any]]:
+        """Each named column's values at `positions`, from the column read whole (once)."""
         # Each column's values taken where asked, as Arrow converts them (as `rows_from_frame`
         # does): no frame of the whole table is built for a few rows, which a stage decoding a
         # chunk at a time would pay for on every chunk.
         self._read_columns(names)
-        parsed, at = set(nested), np.asarray(positions, dtype=np.int64)
         values = []
         for name in names:
             column = self._read[name]
@@ -338,6 +400,5 @@ class StoredTable:
                 if name not in self._typed:
                     self._typed[name] = pa.array(column, from_pandas=True)
                 taken = taken_from(self._typed[name], at)
-            values.append([from_json_text(text) for text in taken] if name in parsed else taken)
-        return [dict(zip(names, row)) for row in zip(*values)]
-
+            values.append(taken)
+        return values

@@ -282,6 +282,11 @@ class RowBatches:
         self._flush()
         return pa.Table.from_batches(self._batches) if self._batches else self.schema.empty_table()
 
+    def rows(self) -> Any:
+        """The rows, as a table assembled from them reads them (store/assembly.py): here the
+        table held (store/spill.py's rows are read back from their file)."""
+        return self.table()
+
     def frame(self) -> pd.DataFrame:
         return self.table().cast(self.schema).to_pandas()
 

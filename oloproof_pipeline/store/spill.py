@@ -1,0 +1,83 @@
+"""Rows a stage makes, written to a file of their own as they come rather than held until its
+table is written: the stage holds a batch of rows at a time, and the table assembled from them
+(store/assembly.py) reads them back a row group at a time.
+
+The file is a temporary one, removed from its folder as soon as it is opened for reading: the
+open handle reads it (store/stored.py's `PinnedFile`) and its space goes when that is closed.
+A stage that fails before then removes it as its rows are let go (or at exit); only a process
+killed outright leaves it in the temporary folder."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import weakref
+from contextlib import suppress
+from pathlib import Path
+from typing import Iterable
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .stored import StoredTable
+from .tables import RowBatches
+
+
+class SpilledRows:
+    """Record batches written as they come (each a row group), then read back as a `StoredTable`."""
+
+    def __init__(self) -> None:
+        self._path: Path | None = None
+        self._writer: pq.ParquetWriter | None = None
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        if self._writer is None:
+            handle, name = tempfile.mkstemp(prefix="oloproof-rows-", suffix=".parquet")
+            os.close(handle)
+            self._path = Path(name)
+            weakref.finalize(self, _removed, self._path)  # a stage that fails never reads it back
+            self._writer = pq.ParquetWriter(self._path, batch.schema)
+        self._writer.write_batch(batch, row_group_size=max(batch.num_rows, 1))
+
+    def stored(self) -> StoredTable | None:
+        """The rows written, to read (None when none were)."""
+        if self._writer is None or self._path is None:
+            return None
+        self._writer.close()
+        self._writer = None
+        table = StoredTable(self._path)
+        len(table)  # its footer read now, through the handle the table keeps open
+        _removed(self._path)  # a system that will not remove an open file leaves it in the temporary folder
+        self._path = None
+        return table
+
+
+def _removed(path: Path) -> None:
+    with suppress(OSError):
+        path.unlink(missing_ok=True)
+
+
+class SpilledRowBatches(RowBatches):
+    """`RowBatches` whose batches are written to a file of their own as each fills (`rows`
+    reads them back), never all held: a stage's new recordings, a few KiB each."""
+
+    def __init__(self, schema: pa.Schema, nested: Iterable[str] = ()):
+        super().__init__(schema, nested)
+        self._spilled = SpilledRows()
+
+    def _flush(self) -> None:
+        super()._flush()
+        for batch in self._batches:
+            self._spilled.write(batch)
+        self._batches = []
+
+    def rows(self) -> StoredTable | pa.Table:
+        """The rows added: read back from their file (none added: an empty table)."""
+        self._flush()
+        stored = self._spilled.stored()
+        return stored if stored is not None else self.schema.empty_table()
+
+    def table(self) -> pa.Table:
+        """The rows added, read back whole (for scripts and tests)."""
+        rows = self.rows()
+        return rows if isinstance(rows, pa.Table) else pa.Table.from_pandas(rows.whole(), preserve_index=False)

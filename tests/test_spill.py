@@ -1,0 +1,64 @@
+"""Rows a recording stage makes are written to a file of their own as each batch fills, not
+held until its table is written: the table written is the one the held rows made, and the
+file leaves nothing behind."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from oloproof_pipeline.model.cases import load_cases
+from oloproof_pipeline.project import load_project
+from oloproof_pipeline.run.recording import RecordingStage, record_case_rows
+from oloproof_pipeline.store.layout import write_table_file
+from oloproof_pipeline.store.spill import SpilledRowBatches
+from oloproof_pipeline.store.stored import StoredTable
+from oloproof_pipeline.store.tables import RECORDED_RUNS_SCHEMA, RUN_NESTED, RowBatches, case_table
+
+
+def left_behind() -> list[Path]:
+    return list(Path(tempfile.gettempdir()).glob("oloproof-rows-*"))
+
+
+def test_spilled_rows_hold_one_batch_and_read_back_as_the_rows_held(monkeypatch):
+    monkeypatch.setattr(RowBatches, "ROWS", 4)
+    rows = [{"case_id": f"c{index}", "status": "ok", "output": None if index % 3 else {"n": index}, "code_files": "{}",
+             "duration_s": index / 7, "model_calls": None if index % 2 else index} for index in range(11)]
+    held, spilled = RowBatches(RECORDED_RUNS_SCHEMA, RUN_NESTED), SpilledRowBatches(RECORDED_RUNS_SCHEMA, RUN_NESTED)
+    for row in rows:
+        held.add(row)
+        spilled.add(row)
+        assert spilled._batches == [] and len(spilled._pending) < 4
+    read = spilled.rows()
+    assert isinstance(read, StoredTable) and len(read) == spilled.count == 11
+    groups = [read.row_groups().read(index, RECORDED_RUNS_SCHEMA.names) for index in range(3)]
+    assert [group.num_rows for group in groups] == [4, 4, 3]
+    assert pa.concat_tables(groups).cast(RECORDED_RUNS_SCHEMA).equals(held.table().cast(RECORDED_RUNS_SCHEMA))
+    assert not left_behind()
+
+
+def test_a_recording_stage_writes_the_table_its_held_rows_made(refund_desk, tmp_path, monkeypatch):
+    monkeypatch.setattr(RowBatches, "ROWS", 5)
+    project = load_project(refund_desk)
+    cases = StoredTable.of(case_table(load_cases(project)))
+    spilled, _ = record_case_rows(project, cases, version="1.0.0", run_id="r1")
+    write_table_file(tmp_path / "spilled.parquet", spilled)
+    monkeypatch.setattr(RecordingStage, "new_rows", lambda self: RowBatches(self.stored.schema, RUN_NESTED))
+    held, _ = record_case_rows(project, cases, version="1.0.0", run_id="r1")
+    write_table_file(tmp_path / "held.parquet", held)
+    drop = ["duration_s"]  # the time each case took
+    written, expected = pq.read_table(tmp_path / "spilled.parquet"), pq.read_table(tmp_path / "held.parquet")
+    assert written.schema.equals(expected.schema, check_metadata=True)
+    assert written.drop_columns(drop).equals(expected.drop_columns(drop)) and written.num_rows == len(cases) > 5
+    assert not left_behind()
+
+
+def test_rows_spilled_by_a_stage_that_fails_leave_nothing_behind():
+    spilled = SpilledRowBatches(RECORDED_RUNS_SCHEMA, RUN_NESTED)
+    spilled.extend([{"case_id": f"c{index}", "status": "ok"} for index in range(RowBatches.ROWS + 1)])
+    assert len(left_behind()) == 1  # written as the first batch filled, never read back
+    del spilled
+    assert not left_behind()
