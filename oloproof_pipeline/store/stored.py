@@ -192,8 +192,8 @@ class StoredTable:
         """Whether this table is the file at `path` as it is, byte for byte what writing its
         rows again would write: its one file, not replaced by another run since it was read,
         of `schema` (its pandas metadata too) and a row group per `rows_per_group` rows."""
-        part = self._parts[0] if len(self._parts) == 1 else None
-        if not isinstance(part, PinnedFile) or not part.still_at(path):
+        part = self._one_file()
+        if part is None or not part.still_at(path):
             return False
         try:
             file = pq.ParquetFile(part.source())
@@ -204,6 +204,11 @@ class StoredTable:
             return False
         rows = len(self)
         return groups == ([min(rows_per_group, rows - start) for start in range(0, rows, rows_per_group)] or [0])
+
+    def _one_file(self) -> PinnedFile | None:
+        """The one stored file this table is (None: a frame, or several parts stacked)."""
+        part = self._parts[0] if len(self._parts) == 1 else None
+        return part if isinstance(part, PinnedFile) else None
 
     def readable(self, instead: str) -> "StoredTable":
         """This table, or none at all when it cannot be read: a warning (printed by the CLI as
@@ -289,8 +294,8 @@ class StoredTable:
         """When this is one stored file of `schema` (its pandas metadata too), its bytes copied
         to `path`, as they are: a table written back unchanged is not decoded and encoded again.
         False (nothing written) for anything else."""
-        part = self._parts[0] if len(self._parts) == 1 else None
-        if not isinstance(part, PinnedFile):
+        part = self._one_file()
+        if part is None:
             return False
         try:
             if not pq.ParquetFile(part.source()).schema_arrow.equals(schema, check_metadata=True):
