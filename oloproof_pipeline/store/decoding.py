@@ -3,7 +3,6 @@ replaying and judging decode the few rows whose work is left, never a whole tabl
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from typing import Any, Iterable, Iterator
 
 import numpy as np
@@ -89,27 +88,19 @@ class GroupedRows:
         self.model, self.nested = model, nested
         self.groups = table.row_groups() if table.exists and len(table) else None
         self.names = [name for name in model.model_fields if name in table.names] if self.groups is not None else []
-        self.kept: OrderedDict[int, pa.Table] = OrderedDict()
 
     def models(self, positions: list[int]) -> dict[int, Any]:
         """Position -> the model there."""
         if self.groups is None or not positions:
             return {}
         wanted = np.unique(np.asarray(positions, dtype=np.int64))
-        group_of = np.searchsorted(self.groups.starts, wanted, side="right") - 1
+        group_of = self.groups.group_of(wanted)
         found: dict[int, Any] = {}
         used = np.unique(group_of).tolist()
         for group in used:
             start = int(self.groups.starts[group])
             local = (wanted[group_of == group] - start).tolist()
-            found.update((start + position, model) for position, model in models_in(self._group(group), local, self.model, self.nested).items())
-        while len(self.kept) > max(self.GROUPS_KEPT, len(used)):  # the least recently used first
-            self.kept.popitem(last=False)
+            rows = self.groups.kept(group, self.names)
+            found.update((start + position, model) for position, model in models_in(rows, local, self.model, self.nested).items())
+        self.groups.let_go_beyond(max(self.GROUPS_KEPT, len(used)))
         return found
-
-    def _group(self, group: int) -> pa.Table:
-        if group in self.kept:
-            self.kept.move_to_end(group)
-        else:
-            self.kept[group] = self.groups.read(group, self.names)
-        return self.kept[group]

@@ -116,6 +116,27 @@ class RowGroups:
     def __init__(self, sizes: list[int], read: Callable[[int, list[str]], pa.Table]):
         self.starts = np.cumsum([0] + sizes[:-1]).astype(np.int64)
         self.read = read
+        # Groups read through `kept` (by group and columns), the least recently used first.
+        self._kept: OrderedDict[tuple[int, tuple[str, ...]], pa.Table] = OrderedDict()
+
+    def group_of(self, at: np.ndarray) -> np.ndarray:
+        """The group holding each row position in `at`."""
+        return np.searchsorted(self.starts, at, side="right") - 1
+
+    def kept(self, group: int, names: list[str]) -> pa.Table:
+        """The group's named columns, read once and kept as Arrow read them until
+        `let_go_beyond` lets them go (rows asked for a few at a time mostly lie in them)."""
+        key = (group, tuple(names))
+        if key in self._kept:
+            self._kept.move_to_end(key)
+        else:
+            self._kept[key] = self.read(group, names)
+        return self._kept[key]
+
+    def let_go_beyond(self, count: int) -> None:
+        """Keep only the `count` groups `kept` read or gave most recently."""
+        while len(self._kept) > count:
+            self._kept.popitem(last=False)
 
     def each(self, names: list[str]) -> Iterator[pa.Table]:
         """Each group's named columns, in turn (one group held at a time)."""
@@ -139,9 +160,8 @@ class StoredTable:
         # Typed columns as Arrow sees them (made once: seeing a float column finds its NaNs).
         self._typed: dict[str, pa.Array | pa.ChunkedArray] = {}
         self._shapes: list[tuple[list[str], int]] | None = None
-        # Row groups read for `rows`, the last few kept as Arrow read them (by group and columns).
+        # Row groups read for `rows`, the last few kept as Arrow read them (`RowGroups.kept`).
         self._groups: RowGroups | None = None
-        self._groups_kept: OrderedDict[tuple[int, tuple[str, ...]], pa.Table] = OrderedDict()
 
     @classmethod
     def of(cls, frame: pd.DataFrame | None) -> "StoredTable":
@@ -313,7 +333,8 @@ class StoredTable:
         read reads them again from the same open file."""
         self._read.clear()
         self._typed.clear()
-        self._groups_kept.clear()
+        if self._groups is not None:
+            self._groups.let_go_beyond(0)
 
     def whole(self, schema: pa.Schema | None = None) -> pd.DataFrame:
         """Every column (of `schema` when given, nulls for those the table lacks)."""
@@ -362,30 +383,24 @@ class StoredTable:
             return False
         if self._groups is None:
             self._groups = self.row_groups()
-        groups = np.unique(np.searchsorted(self._groups.starts, at, side="right") - 1)
-        return len(groups) <= self.GROUPS_KEPT
+        return len(np.unique(self._groups.group_of(at))) <= self.GROUPS_KEPT
 
     def _taken_by_group(self, at: np.ndarray, names: list[str]) -> list[list[Any]]:
         """Each named column's values at `at`, taken from the row groups holding them (nulls
         for a column a file lacks)."""
-        assert self._groups is not None
-        starts, key = self._groups.starts, tuple(names)
-        group_of = np.searchsorted(starts, at, side="right") - 1
+        groups = self._groups
+        assert groups is not None
+        group_of = groups.group_of(at)
         columns: list[list[Any]] = [[None] * len(at) for _ in names]
         used = np.unique(group_of).tolist()
         for group in used:
             slots = np.flatnonzero(group_of == group)
-            if (group, key) in self._groups_kept:
-                self._groups_kept.move_to_end((group, key))
-            else:
-                self._groups_kept[(group, key)] = self._groups.read(group, names)
-            taken = self._groups_kept[(group, key)].take(pa.array(at[slots] - starts[group]))
+            taken = groups.kept(group, names).take(pa.array(at[slots] - groups.starts[group]))
             for column, name in zip(columns, names):
                 if name in taken.column_names:
                     for slot, value in zip(slots.tolist(), taken.column(name).to_pylist()):
                         column[slot] = value
-        while len(self._groups_kept) > max(self.GROUPS_KEPT, len(used)):  # the least recently used first
-            self._groups_kept.popitem(last=False)
+        groups.let_go_beyond(max(self.GROUPS_KEPT, len(used)))
         return columns
 
     def _taken_from_columns(self, positions: list[int], at: np.ndarray, names: list[str]) -> list[list[Any]]:
