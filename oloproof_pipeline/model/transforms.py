@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 import pickle
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
@@ -153,7 +153,19 @@ class CaseTexts:
 
     @classmethod
     def of(cls, case: CaseRecord) -> "CaseTexts":
-        return cls(*(json_text(value) for value in (case.input, case.initial_state, case.expected, case.metadata, case.events)))
+        return cls(*(json_text(getattr(case, name)) for name in CASE_TEXTS))
+
+    @classmethod
+    def of_row(cls, row: dict[str, Any]) -> "CaseTexts":
+        """The texts of a stored row (the cases table's columns of the same names)."""
+        return cls(*(row[name] for name in CASE_TEXTS))
+
+    def as_row(self) -> dict[str, str | None]:
+        return {name: getattr(self, name) for name in CASE_TEXTS}
+
+
+# CaseTexts' fields, in order: the members a case stores as JSON text.
+CASE_TEXTS = tuple(member.name for member in fields(CaseTexts))
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,6 @@ only the member its transform reads is decoded, and only the one it changes enco
 
 from __future__ import annotations
 
-from dataclasses import fields
 from typing import Any
 
 import pandas as pd
@@ -150,14 +149,14 @@ def copy_row(
     members as text), as `derive_copy` would make it; None when it gets no copy."""
     world = changes_world(transform)
     made = copy_of_texts(
-        transform, CaseTexts(*(source[name] for name in CASE_TEXTS)), reads.value("initial_state" if world else "input"),
+        transform, CaseTexts.of_row(source), reads.value("initial_state" if world else "input"),
         group_id=source["group_id"], declares_states=declares_states, transform_digest=transform_digest,
     )
     if made is None:
         return None
     return {
         **source,
-        **{name: getattr(made.texts, name) for name in CASE_TEXTS},
+        **made.texts.as_row(),
         "case_id": copy_id(source["case_id"], transform.name),
         "case_digest": made.case_digest,
         "source_id": source["case_id"],
@@ -171,9 +170,6 @@ def copy_row(
         "inputs_digest": None,
     }
 
-
-# CaseTexts' fields, in order: the members a case stores as JSON text.
-CASE_TEXTS = tuple(field.name for field in fields(CaseTexts))
 
 
 def in_source_order(stored: pd.DataFrame | None, kept: list[tuple[int, int]], made: pd.DataFrame | None) -> pd.DataFrame:
