@@ -89,20 +89,26 @@ class WantedVerdicts:
         return len(self.inputs_keys)
 
     def case_ids_at(self, entries: np.ndarray | list[int]) -> list[str | None]:
-        if not len(entries):
-            return []
-        return self.case_id_column.take(pa.array(np.asarray(entries, dtype=np.int64) // self.evaluators)).to_pylist()
+        return self._per_case(self.case_id_column, entries)
 
     def recording_keys_at(self, entries: np.ndarray | list[int]) -> list[str | None]:
-        if not len(entries):
-            return []
-        return self.recording_key_column.take(pa.array(np.asarray(entries, dtype=np.int64) // self.evaluators)).to_pylist()
+        return self._per_case(self.recording_key_column, entries)
 
     def criteria_at(self, entries: np.ndarray | list[int]) -> list[str]:
-        return [self.criterion_names[entry % self.evaluators] for entry in np.asarray(entries, dtype=np.int64).tolist()]
+        return self._per_evaluator(self.criterion_names, entries)
 
     def digests_at(self, entries: np.ndarray | list[int]) -> list[str]:
-        return [self.digests[entry % self.evaluators] for entry in np.asarray(entries, dtype=np.int64).tolist()]
+        return self._per_evaluator(self.digests, entries)
+
+    def _per_case(self, column: pa.StringArray, entries: np.ndarray | list[int]) -> list[str | None]:
+        """The entries' values of a column held once per case."""
+        if not len(entries):
+            return []
+        return column.take(pa.array(np.asarray(entries, dtype=np.int64) // self.evaluators)).to_pylist()
+
+    def _per_evaluator(self, values: list[str], entries: np.ndarray | list[int]) -> list[str]:
+        """The entries' values of a list held once per evaluator."""
+        return [values[entry % self.evaluators] for entry in np.asarray(entries, dtype=np.int64).tolist()]
 
     def entry_case_ids(self) -> pa.Array:
         """Each entry's case id (an Arrow column as long as the entries)."""
