@@ -89,6 +89,7 @@ class CaseBuckets:
     not known (its facts unknown). What counting the verdicts needs, and no case's metadata
     or trajectory beyond the one being bucketed."""
 
+    specs: list[SliceSpec]
     case_ids: pd.Index
     codes: list[np.ndarray]
     labels: list[list[str]]
@@ -101,7 +102,7 @@ class CaseBuckets:
         for each in chain(facts, [CaseFacts()]):  # one case's facts at a time
             for spec, labels, slice_codes in zip(specs, interned, codes):
                 slice_codes.append(labels.setdefault(case_bucket(spec, each), len(labels)))
-        return cls(pd.Index(case_ids, dtype=object), [np.asarray(each, dtype=np.int64) for each in codes], [list(labels) for labels in interned])
+        return cls(specs, pd.Index(case_ids, dtype=object), [np.asarray(each, dtype=np.int64) for each in codes], [list(labels) for labels in interned])
 
     def positions(self, case_ids: pd.Series) -> np.ndarray:
         """Per case id, its position (the unknown slot for an id not among the cases)."""
@@ -220,11 +221,10 @@ def slice_rows_of(
     fdr: float = SLICE_FDR,
 ) -> list[SliceRow]:
     """`slice_rows` from each case's facts."""
-    return slice_rows_by_bucket(specs, verdicts, buckets_of_facts(specs, facts), min_support=min_support, confidence=confidence, fdr=fdr)
+    return slice_rows_by_bucket(verdicts, buckets_of_facts(specs, facts), min_support=min_support, confidence=confidence, fdr=fdr)
 
 
 def slice_rows_by_bucket(
-    specs: list[SliceSpec],
     verdicts: pd.DataFrame,
     buckets: CaseBuckets,
     *,
@@ -232,7 +232,7 @@ def slice_rows_by_bucket(
     confidence: float = 0.95,
     fdr: float = SLICE_FDR,
 ) -> list[SliceRow]:
-    """`slice_rows` from each case's buckets. The verdicts are counted as codes (criterion,
+    """`slice_rows` from each case's buckets (on their slices). The verdicts are counted as codes (criterion,
     bucket, outcome), never a Python string per verdict."""
     criterion_codes, criteria = _codes(verdicts["criterion"])
     outcome_codes, outcomes = _codes(verdicts["outcome"])
@@ -240,7 +240,7 @@ def slice_rows_by_bucket(
     positions = buckets.positions(verdicts["case_id"])[judged]
     criterion_codes, outcome_codes = criterion_codes[judged], outcome_codes[judged]
     rows: list[SliceRow] = []
-    for spec, case_codes, labels in zip(specs, buckets.codes, buckets.labels):
+    for spec, case_codes, labels in zip(buckets.specs, buckets.codes, buckets.labels):
         keys = (criterion_codes * len(labels) + case_codes[positions]) * len(outcomes) + outcome_codes
         by_criterion: dict[str, dict[str, Counter]] = defaultdict(lambda: defaultdict(Counter))
         found, counts = np.unique(keys, return_counts=True)
@@ -311,10 +311,9 @@ def distinct_tests(rows: list[SliceRow]) -> list[list[SliceRow]]:
 
 
 def project_slices_of(project: Project, verdicts: pd.DataFrame, buckets: CaseBuckets) -> list[SliceRow]:
-    """The project's slices over one version's verdicts, from each case's buckets (on the
+    """The project's slices over one version's verdicts, from each case's buckets (made on the
     project's slices, in their order)."""
     return slice_rows_by_bucket(
-        [parse_slice_spec(text) for text in project.config.slices],
         verdicts,
         buckets,
         min_support=project.config.min_slice_support,
