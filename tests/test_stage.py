@@ -19,10 +19,13 @@ from oloproof_pipeline.run.replaying import replay_fault_table
 from oloproof_pipeline.run.system import ResolvedSystem
 from oloproof_pipeline.run.trials import record_trial_table
 from oloproof_pipeline.store.journal import Journal
+from oloproof_pipeline.store.layout import table_path, write_table_file
 from oloproof_pipeline.store.stored import StoredTable
 from oloproof_pipeline.model.faults import FaultReplay
 from oloproof_pipeline.model.records import RecordedRun
-from oloproof_pipeline.store.tables import FAULT_REPLAY_NESTED, FAULT_REPLAYS_SCHEMA, RECORDED_RUNS_SCHEMA, RUN_NESTED, case_table, frame_from_rows
+from oloproof_pipeline.store.tables import (
+    FAULT_REPLAY_NESTED, FAULT_REPLAYS_SCHEMA, RECORDED_RUNS_SCHEMA, RUN_NESTED, RowBatches, case_table, frame_from_rows,
+)
 
 from conftest import write_project
 
@@ -148,11 +151,47 @@ def test_each_finished_row_is_journalled_as_the_values_its_table_holds(tmp_path)
         ("recorded_runs", runs, RecordedRun, RECORDED_RUNS_SCHEMA, RUN_NESTED, "trajectory"),
         ("fault_replays", replays, FaultReplay, FAULT_REPLAYS_SCHEMA, FAULT_REPLAY_NESTED, "faulted_trajectory"),
     ):
-        lines = Journal.for_partition(root, table, "1.0.0").lines_of(model)
+        lines = list(Journal.for_partition(root, table, "1.0.0").lines_of(model))
         assert len(lines) == 3 and all(isinstance(line[member], dict) for line in lines)
         rebuilt = frame_from_rows(lines, schema, nested)
         by_case = lambda rows: rows.sort_values("case_id", ignore_index=True)  # noqa: E731 - in the order they finished
         pd.testing.assert_frame_equal(by_case(rebuilt), by_case(frame[rebuilt.columns]), check_dtype=False, check_categorical=False)
+
+
+def test_a_run_cut_short_is_resumed_from_its_journal_each_line_made_a_table_row_as_it_is_read(tmp_path, monkeypatch):
+    """Resuming reads the journal a line at a time into the table's batches: a journal of tens
+    of thousands of lines is never held as values all at once."""
+    root, imports = logged_project(tmp_path, TOOLBOX_APP)
+    project, cases = cases_of(root)
+    first, _ = record_case_table(project, cases, version="1.0.0", run_id="r1")  # journalled; its table never written
+
+    lines_read, read_at_each_batch = [0], []
+    numbered_rows = Journal._numbered_rows
+
+    def counted(journal):
+        for each in numbered_rows(journal):
+            lines_read[0] += 1
+            yield each
+
+    flush = RowBatches._flush
+
+    def noted(batches):
+        if batches._pending:
+            read_at_each_batch.append(lines_read[0])
+        flush(batches)
+
+    monkeypatch.setattr(Journal, "_numbered_rows", counted)
+    monkeypatch.setattr(RowBatches, "_flush", noted)
+    monkeypatch.setattr(RowBatches, "ROWS", 1)
+    resumed, summary = record_case_table(project, cases, version="1.0.0", run_id="r2")
+    assert (summary.new, summary.reused) == (0, 3)
+    assert imports_of(imports) == 1  # nothing left to record: the system is not imported again
+    assert read_at_each_batch[:3] == [1, 2, 3]  # each line a batch before the next is read
+    # The rows a rerun reads from the stored table instead (these cases are alike: one recording serves all).
+    write_table_file(table_path(root, "recorded_runs", "1.0.0"), first)
+    rerun, summary = record_case_table(project, cases, version="1.0.0", run_id="r3")
+    assert (summary.new, summary.reused) == (0, 3)
+    pd.testing.assert_frame_equal(resumed, rerun)
 
 
 def test_a_system_reporting_another_version_than_declared_records_each_case_as_an_error(tmp_path):

@@ -77,24 +77,33 @@ def known_work(
     state = journal_state(journal)  # before reading it: any line added from now on is noticed
     names = schema.names if plan_columns is None else list(plan_columns)
     stored = table.columns(*names) if table.exists else None
-    journaled = []
-    if journal_is_newer(journal, table):
-        keys = stored_keys(stored, key_columns)
-        journaled = [row for row in journal.lines_of(model) if tuple(row.get(column) for column in key_columns) not in keys]
+    rows = journaled_rows(journal, model, stored, schema, nested, key_columns) if journal_is_newer(journal, table) else None
     if plan_columns is None:
-        return KnownWork(frame=combined(stored, journaled, schema, nested), stored=stored, journal_state=state, table=table)
-    rows = frame_from_rows(journaled, schema, nested) if journaled else None
-    frame = combined(stored, [], schema, nested)[names] if rows is None else pd.concat(
+        return KnownWork(frame=combined(stored, rows, schema, nested), stored=stored, journal_state=state, table=table)
+    frame = combined(stored, None, schema, nested)[names] if rows is None else pd.concat(
         [part[names] for part in (stored, rows) if part is not None], ignore_index=True
     )
     return KnownWork(frame=frame, stored=stored, journal_state=state, table=table, journaled=rows)
 
 
-def combined(stored: pd.DataFrame | None, journaled: list[Row], schema: pa.Schema, nested: Iterable[str]) -> pd.DataFrame:
+def journaled_rows(
+    journal: Journal, model: type[BaseModel], stored: pd.DataFrame | None, schema: pa.Schema, nested: Iterable[str],
+    key_columns: list[str],
+) -> pd.DataFrame | None:
+    """The journal's lines whose keys the stored rows lack, as a table (None: no such line).
+    Each line is made a row of the table as it is read (`frame_from_rows` batches them), so
+    resuming a run cut short holds its lines as table columns, never all as values."""
+    keys = stored_keys(stored, key_columns)
+    lines = journal.lines_of(model)
+    rows = frame_from_rows((row for row in lines if tuple(row.get(column) for column in key_columns) not in keys), schema, nested)
+    return rows if len(rows) else None
+
+
+def combined(stored: pd.DataFrame | None, journaled: pd.DataFrame | None, schema: pa.Schema, nested: Iterable[str]) -> pd.DataFrame:
     """The stored rows as they are (no copy when there is nothing else), then the journal's."""
-    if not journaled:
+    if journaled is None:
         return frame_from_rows([], schema, nested) if stored is None else stored
-    frames = [frame for frame in (stored, frame_from_rows(journaled, schema, nested)) if frame is not None]
+    frames = [frame for frame in (stored, journaled) if frame is not None]
     return pd.concat([frame.reindex(columns=schema.names) for frame in frames], ignore_index=True)
 
 

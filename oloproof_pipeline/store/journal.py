@@ -190,16 +190,16 @@ class Journal:
             log.warning(skipped)
         return contents.records
 
-    def lines_of(self, model: type[Record]) -> list[dict[str, Any]]:
+    def lines_of(self, model: type[Record]) -> Iterator[dict[str, Any]]:
         """The lines that are a `model`, as written (with any columns the table keeps beside the
-        model's, such as the code that made a recording); each other line is logged as a warning."""
-        lines = []
+        model's, such as the code that made a recording), one at a time as read: a journal of a
+        long run cut short is tens of thousands of lines, never all held as values at once.
+        Each other line is logged as a warning."""
         for row, _, problem in self._checked(model):
             if problem is None:
-                lines.append(row)
+                yield row
             else:
                 log.warning(problem)
-        return lines
 
     def clear(self) -> None:
         try:
