@@ -16,7 +16,7 @@ import pytest
 
 from oloproof_pipeline.project import load_project
 from oloproof_pipeline.read import streamed
-from oloproof_pipeline.read.arrow_bytes import TableBytes
+from oloproof_pipeline.store.arrow_bytes import TableBytes
 from oloproof_pipeline.read.report_scan import ReportScan, ReportTables, count_runs
 from oloproof_pipeline.read.spend import version_spend
 from oloproof_pipeline.read.streamed import StreamedTable

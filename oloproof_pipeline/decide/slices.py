@@ -20,16 +20,18 @@ from typing import Any, Iterable
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 from pydantic import BaseModel, ConfigDict
 
 from ..model.outcomes import EXCLUDED, FAIL, MISSING, PASS
 from ..model.cases import CaseRecord
 from ..model.config import Project
 from ..model.digests import canonical_json
-from ..model.fingerprints import frame_digest
+from ..model.fingerprints import settings_hash
 from ..model.records import RecordedRun
 from ..model.paths import split_path
 from ..model.slicing import SliceSpec, parse_slice_spec
+from ..store.arrow_bytes import update_with_groups
 from ..store.reuse import Reuse, stored_if_digest
 from ..store.stored import StoredTable
 from ..store.tables import SLICES_SCHEMA, frame_from_rows, from_json_text, null_to_none, rows_from_frame
@@ -225,20 +227,19 @@ def slice_rows_of(
 
 
 def slice_rows_by_bucket(
-    verdicts: pd.DataFrame,
+    verdicts: pd.DataFrame | Iterable[pa.Table],
     buckets: CaseBuckets,
     *,
     min_support: int,
     confidence: float = 0.95,
     fdr: float = SLICE_FDR,
 ) -> list[SliceRow]:
-    """`slice_rows` from each case's buckets (on their slices). The verdicts are counted as codes (criterion,
-    bucket, outcome), never a Python string per verdict."""
-    criterion_codes, criteria = _codes(verdicts["criterion"])
-    outcome_codes, outcomes = _codes(verdicts["outcome"])
-    judged = (verdicts["outcome"] != EXCLUDED).to_numpy(dtype=bool)
-    positions = buckets.positions(verdicts["case_id"])[judged]
-    criterion_codes, outcome_codes = criterion_codes[judged], outcome_codes[judged]
+    """`slice_rows` from each case's buckets (on their slices), over the verdicts as a frame or
+    a row group at a time (`case_id`, `criterion`, `outcome`). The verdicts are counted as codes
+    (criterion, bucket, outcome), never a Python string per verdict (`JudgedCodes`)."""
+    judged = JudgedCodes.of([verdicts] if isinstance(verdicts, pd.DataFrame) else verdicts, buckets)
+    positions, criterion_codes, outcome_codes = judged.positions, judged.criterion_codes, judged.outcome_codes
+    criteria, outcomes = judged.criteria, judged.outcomes
     rows: list[SliceRow] = []
     for spec, case_codes, labels in zip(buckets.specs, buckets.codes, buckets.labels):
         keys = (criterion_codes * len(labels) + case_codes[positions]) * len(outcomes) + outcome_codes
@@ -260,6 +261,41 @@ def _codes(values: pd.Series) -> tuple[np.ndarray, list[Any]]:
     """Each value's code, and the distinct values in the order they first appear (a null as None)."""
     codes, distinct = pd.factorize(values, use_na_sentinel=False)
     return codes.astype(np.int64), null_to_none(pd.Series(distinct, dtype=object))
+
+
+@dataclass
+class JudgedCodes:
+    """The judged verdicts (an EXCLUDED one counts nowhere) as codes: per verdict its case's
+    position among the buckets' cases, its criterion's and its outcome's code, each code an
+    index into `criteria` / `outcomes` (every one met, in the order they first appear)."""
+
+    positions: np.ndarray
+    criterion_codes: np.ndarray
+    outcome_codes: np.ndarray
+    criteria: list[Any]
+    outcomes: list[Any]
+
+    @classmethod
+    def of(cls, groups: Iterable[pd.DataFrame | pa.Table], buckets: CaseBuckets) -> "JudgedCodes":
+        """From the verdicts a group of rows at a time: only a group's text is held at once."""
+        criteria: dict[Any, int] = {}
+        outcomes: dict[Any, int] = {}
+        parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        for group in groups:
+            frame = group if isinstance(group, pd.DataFrame) else group.to_pandas()
+            judged = (frame["outcome"] != EXCLUDED).to_numpy(dtype=bool)
+            # Coded before the EXCLUDED are dropped: a criterion that judged nothing still has its (empty) buckets.
+            criterion_codes, outcome_codes = _codes_among(frame["criterion"], criteria), _codes_among(frame["outcome"], outcomes)
+            parts.append((buckets.positions(frame["case_id"][judged]), criterion_codes[judged], outcome_codes[judged]))
+        joined = [np.concatenate(each) for each in zip(*parts)] or [np.zeros(0, np.int64)] * 3
+        return cls(*joined, list(criteria), list(outcomes))
+
+
+def _codes_among(values: pd.Series, seen: dict[Any, int]) -> np.ndarray:
+    """Each value's code among `seen` (values met before, in order; new ones are added)."""
+    codes, distinct = _codes(values)
+    mapped = np.array([seen.setdefault(value, len(seen)) for value in distinct], dtype=np.int64)
+    return mapped[codes] if len(codes) else np.zeros(0, np.int64)
 
 
 def _bucket_row(
@@ -310,7 +346,7 @@ def distinct_tests(rows: list[SliceRow]) -> list[list[SliceRow]]:
     return hypotheses
 
 
-def project_slices_of(project: Project, verdicts: pd.DataFrame, buckets: CaseBuckets) -> list[SliceRow]:
+def project_slices_of(project: Project, verdicts: pd.DataFrame | Iterable[pa.Table], buckets: CaseBuckets) -> list[SliceRow]:
     """The project's slices over one version's verdicts, from each case's buckets (made on the
     project's slices, in their order)."""
     return slice_rows_by_bucket(
@@ -328,14 +364,18 @@ def project_slices_of(project: Project, verdicts: pd.DataFrame, buckets: CaseBuc
 SLICED_VERDICT_COLUMNS = ["case_id", "criterion", "outcome", "inputs_key"]
 
 
-def slices_inputs_digest(project: Project, verdicts: pd.DataFrame) -> str:
+def slices_inputs_digest(project: Project, verdicts: StoredTable) -> str:
+    """What the slices are computed from: the settings, and the verdicts' sliced columns read
+    a row group at a time, digested from their Arrow buffers (`update_with_groups`)."""
     settings = {
         "slices": project.config.slices,
         "min_support": project.config.min_slice_support,
         "confidence": project.release.confidence_level,
         "fdr": SLICE_FDR,
     }
-    return frame_digest("slices/v1", verdicts[SLICED_VERDICT_COLUMNS], settings, producer="decisions")
+    hashed = settings_hash("slices/v2", settings, producer="decisions")
+    update_with_groups(hashed, verdicts.row_groups().each(SLICED_VERDICT_COLUMNS))
+    return "sha256:" + hashed.hexdigest()
 
 
 def slices_of_version(
@@ -343,9 +383,10 @@ def slices_of_version(
 ) -> tuple[pd.DataFrame, list[SliceRow], Reuse]:
     """The version's slices table and rows from its stored verdicts and recordings (`stored`
     as `store.reuse.stored_tables` gives them), computed again only when their inputs changed;
-    with the reuse (whether, and why not)."""
-    sliced = stored["verdicts"].columns(*SLICED_VERDICT_COLUMNS)
-    inputs_digest = slices_inputs_digest(project, sliced)
+    with the reuse (whether, and why not). The verdicts are read a row group at a time, for
+    the digest and then, if the slices are computed, for their codes."""
+    verdicts = stored["verdicts"]
+    inputs_digest = slices_inputs_digest(project, verdicts)
     reuse = stored_if_digest(
         stored["slices"], inputs_digest, table="slices", made="slices computed", again_because="their verdicts or settings changed"
     )
@@ -353,7 +394,7 @@ def slices_of_version(
         return reuse.frame, slices_from_table(reuse.frame), reuse
     specs = [parse_slice_spec(text) for text in project.config.slices]
     buckets = buckets_from_tables(specs, stored["cases"], stored["recorded_runs"])
-    rows = project_slices_of(project, sliced, buckets)
+    rows = project_slices_of(project, verdicts.row_groups().each(["case_id", "criterion", "outcome"]), buckets)
     return slice_table(rows, version=version, sliced_by_run=run_id, inputs_digest=inputs_digest), rows, reuse
 
 

@@ -451,12 +451,19 @@ class RowKeyPrefix:
         return row.hexdigest()[:ROW_KEY_CHARACTERS]
 
 
+def settings_hash(tag: str, extra: Any = None, *, producer: str | None = None) -> Any:
+    """A SHA-256 (hashlib object) begun with `tag`, `extra` (plain JSON) and the version of the
+    code that makes the result (`producer`; None: the whole package): what a digest of a
+    stage's inputs starts from before it takes in their rows."""
+    code = pipeline_code_version() if producer is None else producer_code_version(producer)
+    return hashlib.sha256((tag + "\x00" + canonical_json({"extra": extra, "pipeline": code})).encode("utf-8"))
+
+
 def frame_digest(tag: str, frame: pd.DataFrame | None, extra: Any = None, *, producer: str | None = None) -> str:
     """A digest of a table's values (its columns as given), of `extra` (plain JSON) and of the
     version of the code that makes the result (`producer`; None: the whole package): whether a
     stage's inputs changed, without comparing them row by row."""
-    code = pipeline_code_version() if producer is None else producer_code_version(producer)
-    hashed = hashlib.sha256((tag + "\x00" + canonical_json({"extra": extra, "pipeline": code})).encode("utf-8"))
+    hashed = settings_hash(tag, extra, producer=producer)
     if frame is not None:
         from pandas.util import hash_pandas_object  # only a process holding a frame has pandas
 

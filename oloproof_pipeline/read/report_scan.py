@@ -33,7 +33,7 @@ from .report_view import (
     WORST_FIRST,
     verdict_summary,
 )
-from .arrow_bytes import DIGEST_BYTES, TableBytes, as_text, one_array
+from ..store.arrow_bytes import DIGEST_BYTES, TableBytes, as_text, one_array
 from .panels import PanelKeys
 from .results import VersionResults
 from .spend import VersionSpend, version_spend

@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 
 from ..store.stored import RowGroups, StoredTable
 from ..store.tables import from_json_text
-from .arrow_bytes import TableBytes, table_types
+from ..store.arrow_bytes import update_with_groups
 
 
 # Rows made Python values at a time in a pass over a table.
@@ -143,9 +143,7 @@ class StreamedTable:
             return None
         names = list(names)
         hashed = hashlib.sha256(tag.encode("utf-8"))
-        for _, table in self.groups(names):
-            hashed.update(table_types(table) + b"\x00%d\x00" % table.num_rows)
-            TableBytes(table).update_all(hashed)
+        update_with_groups(hashed, (table for _, table in self.groups(names)))
         return f"{tag}:{len(self._groups)}:{hashed.hexdigest()}"
 
 

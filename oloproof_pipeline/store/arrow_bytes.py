@@ -7,7 +7,7 @@ bytes, so two runs digest alike only when every value of them is the same."""
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import Any, Iterable
 
 import numpy as np
 import pyarrow as pa
@@ -102,3 +102,15 @@ class TableBytes:
 def table_types(table: pa.Table) -> bytes:
     """The table's column names and types, as digested beside its values."""
     return "\x00".join(f"{name}:{column.type}" for name, column in zip(table.column_names, table.columns)).encode("utf-8")
+
+
+def update_with_groups(hashed: Any, groups: Iterable[pa.Table]) -> int:
+    """Digest a table read a row group at a time into `hashed` (a hashlib object): each group's
+    column names and types, its row count, then its rows (`TableBytes.update_all`); only one
+    group is held at once. Returns how many groups there were."""
+    count = 0
+    for table in groups:
+        hashed.update(table_types(table) + b"\x00%d\x00" % table.num_rows)
+        TableBytes(table).update_all(hashed)
+        count += 1
+    return count
