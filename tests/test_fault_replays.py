@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 from dagster import AssetKey, DagsterInstance
 
@@ -14,17 +15,19 @@ from oloproof_pipeline.model.errors import ProjectError, SystemVersionMismatch
 from oloproof_pipeline.evaluators import JudgingContext, build_evaluators, judge_cases
 from oloproof_pipeline.model.cases import CaseRecord
 from oloproof_pipeline.model.records import RecordedRun
-from oloproof_pipeline.run.recording import record_cases
-from oloproof_pipeline.run.replaying import replay_faults
+from oloproof_pipeline.run import replaying
+from oloproof_pipeline.run.recording import record_case_rows, record_cases
+from oloproof_pipeline.run.replaying import replay_fault_rows, replay_faults
 from oloproof_pipeline.model.cases import load_cases
 from oloproof_pipeline.project import load_project
 from oloproof_pipeline.evaluators.fault_recovery import judge_fault_replay
 from oloproof_pipeline.evaluators.judging import judge_verdict_table, replays_for_judging
 from oloproof_pipeline.model.faults import INJECTED_RESULTS, FaultPlan, FaultReplay
 from oloproof_pipeline.store.journal import Journal
+from oloproof_pipeline.store.spill import SpilledRows
 from oloproof_pipeline.store.stored import StoredTable
-from oloproof_pipeline.store.tables import case_table, recorded_runs_table
-from oloproof_pipeline.store.layout import table_path
+from oloproof_pipeline.store.tables import RowBatches, case_table, recorded_runs_table
+from oloproof_pipeline.store.layout import table_path, write_table_file
 from oloproof_pipeline.model.trajectory import Checkpoint, RecordedConstraint, Step, Trajectory
 
 from conftest import write_project
@@ -535,3 +538,27 @@ def test_state_expected_excludes_a_case_without_an_expected_state_whatever_the_a
     recording = RecordedRun(case_id="c1", case_digest=case.case_digest, system_version="v1", status="ok")
     verdict = evaluator.judge_case(case, JudgingContext(cases={"c1": case}, recordings={"c1": recording}))
     assert (verdict.outcome, verdict.reason) == ("EXCLUDED", "no_expected_state")
+
+
+def test_replays_are_written_to_a_file_of_their_own_as_they_come_and_make_the_table_held_rows_make(refund_desk, tmp_path, monkeypatch):
+    """The rows a replay stage decides (two trajectories and a state each) go to a spill file
+    a batch at a time, never all held; the table written from them is the one held rows make."""
+    monkeypatch.setattr(RowBatches, "ROWS", 2)
+    project = load_project(refund_desk)
+    cases = StoredTable.of(case_table(load_cases(project)))
+    runs, _ = record_case_rows(project, cases, version="1.0.0", run_id="r1")
+    write_table_file(tmp_path / "runs.parquet", runs)
+    batches_spilled = []
+    write = SpilledRows.write
+    monkeypatch.setattr(SpilledRows, "write", lambda self, batch: batches_spilled.append(batch.num_rows) or write(self, batch))
+
+    spilled, summary = replay_fault_rows(project, cases, StoredTable(tmp_path / "runs.parquet"), version="1.0.0", run_id="r2")
+    write_table_file(tmp_path / "spilled.parquet", spilled)
+    assert summary.new > 2 and max(batches_spilled) == 2 and sum(batches_spilled) == summary.new + summary.skipped
+
+    monkeypatch.setattr(replaying, "SpilledRowBatches", RowBatches)  # the rows held until the table is written
+    held, _ = replay_fault_rows(project, cases, StoredTable(tmp_path / "runs.parquet"), version="1.0.0", run_id="r2")
+    write_table_file(tmp_path / "held.parquet", held)
+    written, expected = pq.read_table(tmp_path / "spilled.parquet"), pq.read_table(tmp_path / "held.parquet")
+    assert written.schema.equals(expected.schema, check_metadata=True)
+    assert written.drop_columns(["duration_s"]).equals(expected.drop_columns(["duration_s"])) and written.num_rows > 2

@@ -35,7 +35,7 @@ from ..read.results import load_results
 from ..read.version_report import write_version_report
 from ..run.certification import certify_cases, flagged_rows
 from ..run.recording import record_case_rows
-from ..run.replaying import replay_fault_table
+from ..run.replaying import replay_fault_rows
 from ..run.system import SYSTEM_TAG, ResolvedSystem
 from ..run.trials import record_trial_table
 from ..store import tables
@@ -186,17 +186,17 @@ def build_assets(
         context: AssetExecutionContext,
         evaluation_project: EvaluationProject,
         sandbox_cluster: SandboxCluster,
-    ) -> pd.DataFrame:
+    ) -> AssembledTable:
         loaded = evaluation_project.load()
         stored = stored_tables(loaded, context.partition_key)
         with sandbox_cluster.sandboxes(loaded.config.execution) as sandboxes:
-            frame, summary = replay_fault_table(
+            table, summary = replay_fault_rows(
                 loaded, stored["cases"], stored["recorded_runs"], version=context.partition_key,
                 run_id=context.run.run_id, sandboxes=sandboxes, system=system_of_run(context),
             )
         context.log.info(f"replayed {summary.new} cases, reused {summary.reused}, {summary.failed} failed")
-        context.add_output_metadata(replay_metadata(frame, summary))
-        return frame
+        context.add_output_metadata(replay_metadata(table.whole, summary))
+        return table
 
     @asset(
         **conventions("verdicts"),

@@ -28,7 +28,9 @@ from ..model.faults import FaultPlan, FaultReplay, NoTextToChange, checkpoint_be
 from ..model.outcomes import MISSING
 from ..model.records import RecordedRun, RunText
 from ..model.trajectory import Checkpoint, Trajectory
+from ..store.assembly import AssembledTable
 from ..store.decoding import MODELS_AT_ONCE, replay_models
+from ..store.spill import SpilledRowBatches
 from ..store.stored import StoredTable
 from ..store.tables import (
     FAULT_REPLAY_NESTED,
@@ -37,9 +39,7 @@ from ..store.tables import (
     case_table,
     null_to_none,
     recorded_runs_table,
-    rows_in_order,
     rows_of,
-    with_values,
 )
 from .reuse import KnownWork, WorkCounts
 from .sandboxes import Sandboxes, SandboxTask
@@ -57,6 +57,13 @@ REPLAYS = StoredWork(
     TABLE, (*CACHE_COLUMNS, "replayed_by_run"), FAULT_REPLAYS_SCHEMA, tuple(FAULT_REPLAY_NESTED), FaultReplay
 )
 REPLAYED, REPLAYED_AGAIN = "replayed", "replayed again"
+# What a replay recorded (trajectories, state, output, the judgement's details): left in the
+# stored file and the spilled new rows until the table is written; the rest is assembled whole.
+STREAMED_COLUMNS = (
+    "details", "checkpoint", "control_error", "control_trajectory", "faulted_error", "faulted_trajectory",
+    "faulted_output", "faulted_environment_state",
+)
+WHOLE_COLUMNS = tuple(name for name in FAULT_REPLAYS_SCHEMA.names if name not in STREAMED_COLUMNS)
 
 
 def fault_plans(project: Project) -> list[tuple[int, FaultPlan]]:
@@ -232,15 +239,19 @@ def reusable_rows(candidates: pd.DataFrame, known: pd.DataFrame, version: str) -
     return pd.Series(index.reindex(wanted).to_numpy(), index=candidates.index, dtype=float)
 
 
-def plan_replays(project: Project, cases: StoredTable, runs: StoredTable, version: str, found: KnownWork) -> ReplayWork:
+def plan_replays(
+    project: Project, cases: StoredTable, runs: StoredTable, version: str, found: KnownWork, decided: RowBatches | None = None,
+) -> ReplayWork:
     """Clean source recordings, under each fault plan: reuse what is known, judge anew what
-    was judged under another plan, decide what needs no replay, and list the rest."""
+    was judged under another plan, decide what needs no replay, and list the rest. The rows
+    decided go to `decided` (held in memory when None)."""
     plans = fault_plans(project)
     candidates = replay_candidates(cases, runs, plans)
+    decided = decided if decided is not None else RowBatches(FAULT_REPLAYS_SCHEMA, FAULT_REPLAY_NESTED)
     if candidates.empty:
-        return ReplayWork(candidates=candidates)
+        return ReplayWork(candidates=candidates, decided=decided)
     known = found.frame
-    work = ReplayWork(candidates=candidates, known=known, reuse=reusable_rows(candidates, known, version))
+    work = ReplayWork(candidates=candidates, known=known, reuse=reusable_rows(candidates, known, version), decided=decided)
     stale_judging = work.reuse.notna() & (
         known["judging_digest"].reindex(work.reuse.fillna(-1).astype(int)).to_numpy() != candidates["judging_digest"].to_numpy()
     )
@@ -439,7 +450,8 @@ class ReplayStage:
         return f"replay {left} case(s) of"
 
     def plan(self, known: KnownWork) -> ReplayWork:
-        return plan_replays(self.project, self.cases, self.runs, self.version, known)
+        # The rows decided (replayed: two trajectories and a state each) go to a file of their own as they come.
+        return plan_replays(self.project, self.cases, self.runs, self.version, known, SpilledRowBatches(FAULT_REPLAYS_SCHEMA, FAULT_REPLAY_NESTED))
 
     def left(self, work: ReplayWork) -> int:
         return len(work.pending)
@@ -466,25 +478,22 @@ class ReplayStage:
         work.summary.failed += not done.replay.completed
         return work.decide(item.position, done.replay, done.texts)
 
-    def assemble(self, work: ReplayWork) -> tuple[pd.DataFrame, ReplaySummary]:
+    def assemble(self, work: ReplayWork) -> tuple[AssembledTable, ReplaySummary]:
         for decoded in (self.cases, self.runs):  # the columns the replays' models were made from
             decoded.forget()
-        return replay_table(work), work.summary
+        return replay_rows(work), work.summary
 
 
-def replay_table(work: ReplayWork) -> pd.DataFrame:
+def replay_rows(work: ReplayWork) -> AssembledTable:
     """One row per candidate, in order: the known row it reuses (filed under this candidate's
-    case and criterion), or the row decided now."""
+    case and criterion), or the row decided now; what they recorded left in the stored rows
+    and the spilled new ones until the table is written."""
     decided_at = set(work.decided_at)
     reused = work.reuse.dropna().astype(int)
     reused = reused[[position not in decided_at for position in reused.index]]
-    decided = work.decided.frame()
-    table = rows_in_order(
-        [(work.known, reused, reused.index), (decided, range(len(decided)), work.decided_at)], FAULT_REPLAYS_SCHEMA
-    )
-    for column in ("case_id", "criterion"):
-        table = with_values(table, column, null_to_none(work.candidates[column]))
-    return table
+    parts = [(work.known, reused.to_numpy(), reused.index), (work.decided.rows(), range(work.decided.count), work.decided_at)]
+    values = {column: null_to_none(work.candidates[column]) for column in ("case_id", "criterion")} if len(work.candidates) else None
+    return AssembledTable(FAULT_REPLAYS_SCHEMA, parts, WHOLE_COLUMNS, column_values=values)
 
 
 def worker_failed(item: PendingReplay, error: Exception, version: str, run_id: str) -> FaultReplay:
@@ -503,7 +512,7 @@ def worker_failed(item: PendingReplay, error: Exception, version: str, run_id: s
     return judged(replay, item.recording.trajectory, item.plan)
 
 
-def replay_fault_table(
+def replay_fault_rows(
     project: Project,
     cases: StoredTable,
     runs: StoredTable,
@@ -512,12 +521,18 @@ def replay_fault_table(
     run_id: str,
     sandboxes: Sandboxes | None = None,
     system: ResolvedSystem | None = None,
-) -> tuple[pd.DataFrame, ReplaySummary]:
+) -> tuple[AssembledTable, ReplaySummary]:
     """Each clean source recording under each fault plan. Stored replays of the same version,
     recording and plan are reused; the system (`system`, the launch's) is needed, and must
     be this partition's version, only when something is left to replay."""
     stage = ReplayStage(project, cases, runs, version, run_id)
     return run_stage(stage, project, version=version, system=system, sandboxes=sandboxes)
+
+
+def replay_fault_table(project: Project, cases: StoredTable, runs: StoredTable, **run: Any) -> tuple[pd.DataFrame, ReplaySummary]:
+    """`replay_fault_rows`, the table as a frame (for scripts and tests)."""
+    table, summary = replay_fault_rows(project, cases, runs, **run)
+    return table.frame(), summary
 
 
 def replay_faults(
