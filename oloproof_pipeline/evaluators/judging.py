@@ -29,7 +29,7 @@ from ..store.tables import VERDICTS_SCHEMA, replays_from_table
 from .base import Evaluator, JudgingContext
 from .chunk_inputs import ChunkReader, chunks_of_clusters, made_from
 from .verdict_keys import VerdictSummary, WantedVerdicts, reusable_entries, verdict_keys, why_judged
-from .verdict_rows import VerdictColumns
+from .verdict_rows import SpilledVerdictColumns, VerdictColumns
 
 
 def judge_all(evaluators: list[Evaluator], cases: list[CaseRecord], context: JudgingContext, *, judges_at_once: int = 1) -> list[Verdict]:
@@ -132,7 +132,7 @@ def judge_verdict_rows(
     for decoded in (cases, runs, replays):  # nor the columns the judged rows were decoded from
         decoded.forget()
     reused = np.flatnonzero(reuse)
-    parts = [(new, range(len(new)), new_slots)]
+    parts = [(new, range(len(new_slots)), new_slots)]
     del new  # the parts' own: let go a column at a time as the table takes their rows
     if len(reused):
         parts.append((stored, positions[reused], reused))
@@ -156,22 +156,23 @@ def judge_wanted(
     *,
     version: str,
     judged_by_run: str,
-) -> tuple[pa.Table, np.ndarray]:
+) -> tuple[StoredTable | pa.Table, np.ndarray]:
     """Verdict rows for the wanted `entries` (case and criterion), a chunk of clusters at a
     time, only the chunk's cases, recordings and replays decoded while it is judged; and each
-    row's place in the table (its entry: case, then evaluator)."""
-    columns = VerdictColumns()
+    row's place in the table (its entry: case, then evaluator). The rows are written to a file
+    of their own a row group of the table at a time, as each fills (read back as the table is
+    written): never all held."""
+    columns = SpilledVerdictColumns(entries, VERDICT_GROUP_ROWS)
     if not len(entries):
-        return columns.compact(), np.array([], dtype=np.int64)
+        return columns.rows()
     reader = ChunkReader(cases, runs, replays)
-    chunks = chunks_of_clusters(entries, wanted.evaluators, case_keys)
-    for chunk_entries in chunks:
+    for chunk_entries in chunks_of_clusters(entries, wanted.evaluators, case_keys):
         # The collector is held off while a chunk is decoded and judged: its models, verdicts
         # and rows make no cycle, yet set off collections (some of the whole heap) costing a
         # tenth of judging. It runs between chunks: a grader's own garbage waits one chunk.
         with collection_paused():
             judge_chunk(project, reader, wanted, chunk_entries.tolist(), columns, version=version, judged_by_run=judged_by_run)
-    return columns.compact(), np.concatenate(chunks)
+    return columns.rows()
 
 
 def judge_chunk(
@@ -192,4 +193,4 @@ def judge_chunk(
         # A verdict that is not reusable (a judge that could not be reached) keeps no key.
         "inputs_key": [key if evaluator.reusable(verdict) else None for key, (evaluator, _), verdict in zip(inputs_keys, pairs, verdicts)],
     }
-    columns.add(verdicts, [case for _, case in pairs], context, version, judged_by_run, keys)
+    columns.add(verdicts, [case for _, case in pairs], context, version, judged_by_run, keys, chunk)
