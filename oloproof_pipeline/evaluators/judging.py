@@ -165,7 +165,7 @@ def judge_wanted(
     columns = SpilledVerdictColumns(entries, VERDICT_GROUP_ROWS)
     if not len(entries):
         return columns.rows()
-    reader = ChunkReader(cases, runs, replays)
+    reader = ChunkReader(cases, runs, replays, case_keys)
     for chunk_entries in chunks_of_clusters(entries, wanted.evaluators, case_keys):
         # The collector is held off while a chunk is decoded and judged: its models, verdicts
         # and rows make no cycle, yet set off collections (some of the whole heap) costing a
@@ -181,9 +181,7 @@ def judge_chunk(
     """The verdict rows of one chunk's entries, added to `columns` in entry order: only the
     chunk's cases, recordings and replays decoded."""
     evaluators, count = project.evaluators, wanted.evaluators
-    chunk_cases, context = reader.read(
-        [entry // count for entry in chunk], list(zip(wanted.case_ids_at(chunk), wanted.criteria_at(chunk)))
-    )
+    chunk_cases, context = reader.read([entry // count for entry in chunk], wanted.criteria_at(chunk))
     pairs = [(evaluators[entry % count], chunk_cases[entry // count]) for entry in chunk]
     verdicts = judged(pairs, context, project.config.concurrency.judge)
     inputs_keys = wanted.inputs_keys.take(pa.array(chunk, pa.int64())).to_pylist()

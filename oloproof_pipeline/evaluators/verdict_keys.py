@@ -88,9 +88,6 @@ class WantedVerdicts:
     def __len__(self) -> int:
         return len(self.inputs_keys)
 
-    def case_ids_at(self, entries: np.ndarray | list[int]) -> list[str | None]:
-        return self._per_case(self.case_id_column, entries)
-
     def recording_keys_at(self, entries: np.ndarray | list[int]) -> list[str | None]:
         return self._per_case(self.recording_key_column, entries)
 
