@@ -16,7 +16,7 @@ from ..model.faults import FaultReplay
 from ..model.records import RecordedRun
 from ..store.decoding import GroupedRows
 from ..store.stored import StoredTable
-from ..store.tables import CASE_NESTED, FAULT_REPLAY_NESTED, RUN_NESTED, null_to_none
+from ..store.tables import CASE_NESTED, FAULT_REPLAY_NESTED, RUN_NESTED
 from .base import JudgingContext
 
 # Clusters (a source and its copies) judged together: the models of one chunk are dropped
@@ -29,9 +29,14 @@ def chunks_of_clusters(entries: np.ndarray, evaluators: int, case_keys: pd.DataF
     """The entries (case position times `evaluators` plus the evaluator's) split into chunks
     of `CLUSTERS_PER_CHUNK` clusters (in the order their clusters first appear), each in entry
     order."""
-    groups = np.asarray(null_to_none(case_keys["group_id"]), dtype=object)[entries // max(evaluators, 1)].tolist()
+    case_of = entries // max(evaluators, 1)
+    cases, first = np.unique(case_of, return_index=True)
+    cases = cases[np.argsort(first)]  # each case once, in the order its entries first come
+    groups = pa.array(case_keys["group_id"], pa.string()).take(pa.array(cases)).to_pylist()
     chunk_of = {group: index // CLUSTERS_PER_CHUNK for index, group in enumerate(dict.fromkeys(groups))}
-    numbers = np.fromiter((chunk_of[group] for group in groups), dtype=np.int64, count=len(groups))
+    chunk_of_case = np.zeros(len(case_keys), dtype=np.int64)
+    chunk_of_case[cases] = [chunk_of[group] for group in groups]
+    numbers = chunk_of_case[case_of]
     order = np.argsort(numbers, kind="stable")
     return np.split(entries[order], np.flatnonzero(np.diff(numbers[order])) + 1)
 

@@ -127,7 +127,7 @@ def judge_verdict_rows(
     summary.judge_spent = judge_spending(project.evaluators) - spent_before
     summary.has_model_judges = any(evaluator.calls_model for evaluator in project.evaluators)
     summary.judged = len(entries)
-    summary.judged_by_criterion.update(wanted.criteria_at(entries))
+    summary.judged_by_criterion.update(wanted.criteria_counted(entries))
     del wanted  # the keys of every verdict: not needed to put the table together
     for decoded in (cases, runs, replays):  # nor the columns the judged rows were decoded from
         decoded.forget()
@@ -139,9 +139,9 @@ def judge_verdict_rows(
     return AssembledTable(VERDICTS_SCHEMA, parts, VERDICT_WHOLE_COLUMNS, rows_per_group=VERDICT_GROUP_ROWS), summary
 
 
-# The verdict columns held whole as the table is assembled (its metadata counts outcomes);
-# the rest (reasons, details, keys) taken a row group of short rows at a time.
-VERDICT_WHOLE_COLUMNS = ("case_id", "criterion", "outcome")
+# The verdict columns held whole as the table is assembled (its metadata counts outcomes per
+# criterion); the rest (case ids, reasons, details, keys) taken a row group at a time.
+VERDICT_WHOLE_COLUMNS = ("criterion", "outcome")
 VERDICT_GROUP_ROWS = 16384
 
 
