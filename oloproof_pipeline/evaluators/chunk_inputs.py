@@ -53,7 +53,7 @@ class ChunkReader:
 
     def __init__(self, cases: StoredTable, runs: StoredTable, replays: StoredTable, case_keys: pd.DataFrame):
         self.cases = GroupedRows(cases, CaseRecord, CASE_NESTED)
-        recorded = pa.array(runs.columns("case_id")["case_id"], pa.string()) if runs.exists else pa.array([], pa.string())
+        recorded = pa.array(runs.columns("case_id")["case_id"], pa.string())
         self.own_run, self.source_run = (last_rows(case_keys[name], recorded) for name in ("case_id", "source_id"))
         self.replay_rows = replay_rows(replays, case_keys["case_id"])
         self.judged_under = replay_judging_digests(replays)

@@ -136,8 +136,8 @@ def verdict_keys(project: Project, cases: pd.DataFrame, runs: StoredTable, repla
     """The cache key each verdict should hold: its evaluator's digest, its case's recording, a
     copy's source recording and the replay it judges, joined into one `inputs_key`. The stored
     keys are found per case position in Arrow (no dict of every recording and replay)."""
-    recorded = pa.array(runs.columns("case_id")["case_id"], pa.string()) if runs.exists else pa.array([], pa.string())
-    recordings = recording_keys(runs, version) if len(recorded) else recorded
+    recorded = pa.array(runs.columns("case_id")["case_id"], pa.string())
+    recordings = recording_keys(runs, version)
     own = taken(recordings, last_rows(cases["case_id"], recorded))
     source = taken(recordings, last_rows(cases["source_id"], recorded))
     criteria = [evaluator.criterion for evaluator in project.evaluators]
@@ -249,8 +249,8 @@ def why_judged(wanted: WantedVerdicts, entries: np.ndarray, positions: np.ndarra
     counted: dict[tuple[str, str, str], list[int]] = {}  # reason -> [its first entry's index, count]
 
     def note(reason: tuple[str, str, str], index: int, count: int) -> None:
-        first_and_count = counted.setdefault(reason, [index, 0])
-        first_and_count[0], first_and_count[1] = min(first_and_count[0], index), first_and_count[1] + count
+        seen = counted.setdefault(reason, [index, 0])
+        seen[0], seen[1] = min(seen[0], index), seen[1] + count
 
     new = np.flatnonzero(stored_at < 0)
     for evaluator, first, count in first_and_count(evaluator_of[new]):

@@ -1,7 +1,7 @@
 """Verdicts as the rows of the `verdicts` table: made a column at a time from a chunk's
 verdicts (no tuple or dict per row), held as Arrow record batches with repeated text as
 dictionaries until the table is assembled, or (the judging step's) written to a file of their
-own as each batch fills and read back as the table is written."""
+own a band of the table's rows at a time and read back as the table is written."""
 
 from __future__ import annotations
 

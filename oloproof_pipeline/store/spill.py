@@ -108,11 +108,12 @@ class SpilledBands:
     def add(self, batch: pa.RecordBatch, slots: np.ndarray) -> None:
         """The batch's rows, each bound for its slot (one of those given at the start; its
         columns any the table's schema casts from, e.g. text as dictionaries)."""
-        band_of = np.asarray(slots, dtype=np.int64) // self.rows_per_band
+        slots = np.asarray(slots, dtype=np.int64)
+        band_of = slots // self.rows_per_band
         for band in np.unique(band_of).tolist():
             at = np.flatnonzero(band_of == band)
             rows = batch if len(at) == batch.num_rows else batch.take(pa.array(at))
-            self._held.setdefault(band, []).append((rows, np.asarray(slots, dtype=np.int64)[at]))
+            self._held.setdefault(band, []).append((rows, slots[at]))
             self._left[band] -= len(at)
             if self._left[band] <= 0:
                 self._write(band)
