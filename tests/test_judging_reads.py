@@ -4,11 +4,14 @@ verdicts come out as they do from recordings read whole."""
 
 from __future__ import annotations
 
-import pyarrow.parquet as pq
+import gc
+import tempfile
 
-from oloproof_pipeline.evaluators import chunk_inputs
+import pyarrow.parquet as pq
+import pytest
+
+from oloproof_pipeline.evaluators import chunk_inputs, judging
 from oloproof_pipeline.evaluators.judging import judge_verdict_table
-from oloproof_pipeline.evaluators.verdict_rows import VerdictColumns
 from oloproof_pipeline.project import load_project
 from oloproof_pipeline.store.layout import table_path
 from oloproof_pipeline.store.reuse import stored_tables
@@ -43,25 +46,49 @@ def test_recordings_in_row_groups_are_judged_a_group_at_a_time_to_the_same_verdi
     assert set(cases_read_whole) <= {"case_id", "source_id", "group_id"}  # the cases' keys; their inputs and states by group
 
 
-def test_the_small_batches_of_each_chunk_are_held_merged_to_the_same_verdicts(evaluated_example, monkeypatch):
-    """Each chunk's verdict rows are a small batch; held merged (dictionaries unified) a few
-    thousand rows at a time, they make the very table the chunks' batches made."""
+def test_verdicts_are_written_a_band_of_the_table_at_a_time_to_the_same_table(evaluated_example, tmp_path, monkeypatch):
+    """The rows judged are written to a file of their own, a row group per band of the table's
+    slots as each band fills (chunks of clusters come in another order than the table's), and
+    the table written from it reads each band once: the very table one band makes."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the rows are spilled (other runs spill to the shared one)
     project = load_project(evaluated_example[0])
 
     def judged() -> tuple[object, list[int]]:
         stored = stored_tables(project, "1.0.0")
-        held: list[int] = []
-        compact = VerdictColumns.compact
-        monkeypatch.setattr(VerdictColumns, "compact", lambda self: (held.extend(batch.num_rows for batch in self._batches + self._small), compact(self))[1])
+        _, bands_read = watch_reads(monkeypatch, lambda table: all(table is not known for known in stored.values()))  # the spilled rows
         table, _ = judge_verdict_table(
             project, stored["cases"], stored["recorded_runs"], stored["fault_replays"], StoredTable.of(None), version="1.0.0", judged_by_run="again",
         )
-        return table, held
+        return table, bands_read
 
+    one_band, _ = judged()
     monkeypatch.setattr(chunk_inputs, "CLUSTERS_PER_CHUNK", 1)
-    monkeypatch.setattr(VerdictColumns, "MERGED_ROWS", 10**9)
-    apart, batches_apart = judged()
-    monkeypatch.setattr(VerdictColumns, "MERGED_ROWS", 12)
-    merged, batches_merged = judged()
-    assert merged.equals(apart)
-    assert len(batches_merged) < len(batches_apart) and all(rows >= 12 for rows in batches_merged[:-1])
+    monkeypatch.setattr(judging, "VERDICT_GROUP_ROWS", 5)
+    banded, bands_read = judged()
+    assert banded.equals(one_band)
+    assert sorted(bands_read) == list(range(-(-len(one_band) // 5)))  # each band read once
+    assert not list(tmp_path.glob("oloproof-rows-*"))
+
+
+def test_a_judging_step_that_fails_leaves_no_spilled_rows_behind(evaluated_example, tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(chunk_inputs, "CLUSTERS_PER_CHUNK", 1)
+    monkeypatch.setattr(judging, "VERDICT_GROUP_ROWS", 2)
+    project = load_project(evaluated_example[0])
+    stored = stored_tables(project, "1.0.0")
+    judge_chunk, chunks = judging.judge_chunk, []
+
+    def failing_on_the_third(*args, **kwargs):
+        chunks.append(len(args[3]))
+        if len(chunks) == 3:
+            assert list(tmp_path.glob("oloproof-rows-*"))  # bands written already
+            raise RuntimeError("judging broke")
+        return judge_chunk(*args, **kwargs)
+
+    monkeypatch.setattr(judging, "judge_chunk", failing_on_the_third)
+    with pytest.raises(RuntimeError, match="judging broke"):
+        judge_verdict_table(
+            project, stored["cases"], stored["recorded_runs"], stored["fault_replays"], StoredTable.of(None), version="1.0.0", judged_by_run="again",
+        )
+    gc.collect()
+    assert len(chunks) == 3 and not list(tmp_path.glob("oloproof-rows-*"))

@@ -7,16 +7,24 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from oloproof_pipeline.model.cases import load_cases
 from oloproof_pipeline.project import load_project
 from oloproof_pipeline.run.recording import RecordingStage, record_case_rows
 from oloproof_pipeline.store.layout import write_table_file
-from oloproof_pipeline.store.spill import SpilledRowBatches
+from oloproof_pipeline.store.spill import SpilledBands, SpilledRowBatches
 from oloproof_pipeline.store.stored import StoredTable
 from oloproof_pipeline.store.tables import RECORDED_RUNS_SCHEMA, RUN_NESTED, RowBatches, case_table
+
+
+@pytest.fixture(autouse=True)
+def own_temporary_folder(tmp_path, monkeypatch):
+    """Rows are spilled to this test's own folder: other runs on the machine spill to the shared one."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
 
 
 def left_behind() -> list[Path]:
@@ -62,3 +70,23 @@ def test_rows_spilled_by_a_stage_that_fails_leave_nothing_behind():
     assert len(left_behind()) == 1  # written as the first batch filled, never read back
     del spilled
     assert not left_behind()
+
+
+def test_rows_bound_for_slots_are_written_a_band_at_a_time_in_slot_order():
+    """Rows come in any order; each band of slots is held until its last row comes, then
+    written as one row group in slot order; a band never filled is written at the end."""
+    schema = pa.schema([("case_id", pa.string()), ("outcome", pa.string())])
+    slots = np.array([9, 0, 4, 1, 8, 5, 2, 3, 6, 7, 12])
+    bands = SpilledBands(schema, np.append(slots, 13), rows_per_band=4)  # slot 13's row never comes
+    held = []
+    for start in range(0, len(slots), 3):
+        at = slots[start : start + 3]
+        rows = pa.record_batch([pa.array([f"c{slot}" for slot in at]).dictionary_encode(), pa.array(["pass"] * len(at))], names=schema.names)
+        bands.add(rows, at)
+        held.append(bands.held)
+    assert held == [3, 4, 3, 1]  # bands 8-9, 0-3 and 4-7 written as their last rows came
+    stored, slots_written = bands.rows()
+    assert list(slots_written) == [8, 9, 0, 1, 2, 3, 4, 5, 6, 7, 12]
+    groups = [stored.row_groups().read(group, schema.names) for group in range(4)]
+    assert [group.column("case_id").to_pylist() for group in groups] == [["c8", "c9"], ["c0", "c1", "c2", "c3"], ["c4", "c5", "c6", "c7"], ["c12"]]
+    assert groups[0].schema.equals(schema) and bands.held == 0 and not left_behind()

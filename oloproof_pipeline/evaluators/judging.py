@@ -29,7 +29,7 @@ from ..store.tables import VERDICTS_SCHEMA, replays_from_table
 from .base import Evaluator, JudgingContext
 from .chunk_inputs import ChunkReader, chunks_of_clusters, made_from
 from .verdict_keys import VerdictSummary, WantedVerdicts, reusable_entries, verdict_keys, why_judged
-from .verdict_rows import VerdictColumns
+from .verdict_rows import SpilledVerdictColumns, VerdictColumns
 
 
 def judge_all(evaluators: list[Evaluator], cases: list[CaseRecord], context: JudgingContext, *, judges_at_once: int = 1) -> list[Verdict]:
@@ -127,21 +127,21 @@ def judge_verdict_rows(
     summary.judge_spent = judge_spending(project.evaluators) - spent_before
     summary.has_model_judges = any(evaluator.calls_model for evaluator in project.evaluators)
     summary.judged = len(entries)
-    summary.judged_by_criterion.update(wanted.criteria_at(entries))
+    summary.judged_by_criterion.update(wanted.criteria_counted(entries))
     del wanted  # the keys of every verdict: not needed to put the table together
     for decoded in (cases, runs, replays):  # nor the columns the judged rows were decoded from
         decoded.forget()
     reused = np.flatnonzero(reuse)
-    parts = [(new, range(len(new)), new_slots)]
+    parts = [(new, range(len(new_slots)), new_slots)]
     del new  # the parts' own: let go a column at a time as the table takes their rows
     if len(reused):
         parts.append((stored, positions[reused], reused))
     return AssembledTable(VERDICTS_SCHEMA, parts, VERDICT_WHOLE_COLUMNS, rows_per_group=VERDICT_GROUP_ROWS), summary
 
 
-# The verdict columns held whole as the table is assembled (its metadata counts outcomes);
-# the rest (reasons, details, keys) taken a row group of short rows at a time.
-VERDICT_WHOLE_COLUMNS = ("case_id", "criterion", "outcome")
+# The verdict columns held whole as the table is assembled (its metadata counts outcomes per
+# criterion); the rest (case ids, reasons, details, keys) taken a row group at a time.
+VERDICT_WHOLE_COLUMNS = ("criterion", "outcome")
 VERDICT_GROUP_ROWS = 16384
 
 
@@ -156,22 +156,23 @@ def judge_wanted(
     *,
     version: str,
     judged_by_run: str,
-) -> tuple[pa.Table, np.ndarray]:
+) -> tuple[StoredTable | pa.Table, np.ndarray]:
     """Verdict rows for the wanted `entries` (case and criterion), a chunk of clusters at a
     time, only the chunk's cases, recordings and replays decoded while it is judged; and each
-    row's place in the table (its entry: case, then evaluator)."""
-    columns = VerdictColumns()
+    row's place in the table (its entry: case, then evaluator). The rows are written to a file
+    of their own a row group of the table at a time, as each fills (read back as the table is
+    written): never all held."""
+    columns = SpilledVerdictColumns(entries, VERDICT_GROUP_ROWS)
     if not len(entries):
-        return columns.compact(), np.array([], dtype=np.int64)
-    reader = ChunkReader(cases, runs, replays)
-    chunks = chunks_of_clusters(entries, wanted.evaluators, case_keys)
-    for chunk_entries in chunks:
+        return columns.rows()
+    reader = ChunkReader(cases, runs, replays, case_keys)
+    for chunk_entries in chunks_of_clusters(entries, wanted.evaluators, case_keys):
         # The collector is held off while a chunk is decoded and judged: its models, verdicts
         # and rows make no cycle, yet set off collections (some of the whole heap) costing a
         # tenth of judging. It runs between chunks: a grader's own garbage waits one chunk.
         with collection_paused():
             judge_chunk(project, reader, wanted, chunk_entries.tolist(), columns, version=version, judged_by_run=judged_by_run)
-    return columns.compact(), np.concatenate(chunks)
+    return columns.rows()
 
 
 def judge_chunk(
@@ -180,9 +181,7 @@ def judge_chunk(
     """The verdict rows of one chunk's entries, added to `columns` in entry order: only the
     chunk's cases, recordings and replays decoded."""
     evaluators, count = project.evaluators, wanted.evaluators
-    chunk_cases, context = reader.read(
-        [entry // count for entry in chunk], list(zip(wanted.case_ids_at(chunk), wanted.criteria_at(chunk)))
-    )
+    chunk_cases, context = reader.read([entry // count for entry in chunk], wanted.criteria_at(chunk))
     pairs = [(evaluators[entry % count], chunk_cases[entry // count]) for entry in chunk]
     verdicts = judged(pairs, context, project.config.concurrency.judge)
     inputs_keys = wanted.inputs_keys.take(pa.array(chunk, pa.int64())).to_pylist()
@@ -192,4 +191,4 @@ def judge_chunk(
         # A verdict that is not reusable (a judge that could not be reached) keeps no key.
         "inputs_key": [key if evaluator.reusable(verdict) else None for key, (evaluator, _), verdict in zip(inputs_keys, pairs, verdicts)],
     }
-    columns.add(verdicts, [case for _, case in pairs], context, version, judged_by_run, keys)
+    columns.add(verdicts, [case for _, case in pairs], context, version, judged_by_run, keys, chunk)

@@ -24,6 +24,7 @@ from ..model.fingerprints import ROW_KEY_CHARACTERS, RowKeyPrefix, evaluator_dig
 from ..store.stored import StoredTable
 from ..store.tables import null_to_none
 from .base import Evaluator
+from .chunk_inputs import last_rows, replay_rows
 
 JUDGED, REJUDGED = "judged", "re-judged"
 
@@ -49,24 +50,32 @@ def evaluator_digests(project: Project) -> list[str]:
     ]
 
 
-def recording_keys(runs: StoredTable, version: str) -> dict[str, str]:
-    """case id -> the key of its recording (computed for tables written without one)."""
-    keys = runs.columns("case_id", "recording_key", "case_digest", "code_fingerprint", "recorded_by_run", "status")
-    return {
-        case_id: key or row_key("recording", digest, version, fingerprint, run, status)
-        for case_id, key, digest, fingerprint, run, status in zip(*(null_to_none(keys[name]) for name in keys.columns))
-    }
+def recording_keys(runs: StoredTable, version: str) -> pa.StringArray:
+    """Per row of the recorded runs, the key of its recording (computed for rows written
+    without one: only their other columns are read)."""
+    keys = pa.array(runs.columns("recording_key")["recording_key"], pa.string())
+    missing = keys.is_null()
+    if not pc.any(missing).as_py():
+        return keys
+    made_of = runs.columns("case_digest", "code_fingerprint", "recorded_by_run", "status").iloc[np.flatnonzero(missing.to_numpy(zero_copy_only=False))]
+    made = [row_key("recording", digest, version, *rest) for digest, *rest in zip(*(null_to_none(made_of[name]) for name in made_of.columns))]
+    return pc.replace_with_mask(keys, missing, pa.array(made, pa.string()))
 
 
-def replay_keys(replays: StoredTable) -> dict[tuple[str, str], str]:
-    """(case id, criterion) -> the key of the replay a fault verdict judges."""
+# Stored rows turned into Python values at a time while their keys are made.
+KEYED_AT_ONCE = 8192
+
+
+def replay_keys(replays: StoredTable) -> list[str]:
+    """Per row of the replays table, the key of the replay a fault verdict judges."""
     if not replays.exists or not len(replays):
-        return {}
-    keys = replays.columns("case_id", "criterion", "case_digest", "plan_digest", "recorded_by_run", "replayed_by_run")
-    return {
-        (case_id, criterion): row_key("replay", digest, plan, recorded, replayed)
-        for case_id, criterion, digest, plan, recorded, replayed in zip(*(null_to_none(keys[name]) for name in keys.columns))
-    }
+        return []
+    made_of = replays.columns("case_digest", "plan_digest", "recorded_by_run", "replayed_by_run")
+    keys = []
+    for start in range(0, len(made_of), KEYED_AT_ONCE):
+        part = made_of.iloc[start : start + KEYED_AT_ONCE]
+        keys.extend(row_key("replay", *parts) for parts in zip(*(null_to_none(part[name]) for name in part.columns)))
+    return keys
 
 
 @dataclass
@@ -88,14 +97,18 @@ class WantedVerdicts:
     def __len__(self) -> int:
         return len(self.inputs_keys)
 
-    def case_ids_at(self, entries: np.ndarray | list[int]) -> list[str | None]:
-        return self._per_case(self.case_id_column, entries)
-
     def recording_keys_at(self, entries: np.ndarray | list[int]) -> list[str | None]:
         return self._per_case(self.recording_key_column, entries)
 
     def criteria_at(self, entries: np.ndarray | list[int]) -> list[str]:
         return self._per_evaluator(self.criterion_names, entries)
+
+    def criteria_counted(self, entries: np.ndarray) -> dict[str, int]:
+        """How many of the entries each criterion has, in the order criteria first come."""
+        counted: dict[str, int] = {}
+        for evaluator, _, count in first_and_count(np.asarray(entries, dtype=np.int64) % max(self.evaluators, 1)):
+            counted[self.criterion_names[evaluator]] = counted.get(self.criterion_names[evaluator], 0) + count
+        return counted
 
     def digests_at(self, entries: np.ndarray | list[int]) -> list[str]:
         return self._per_evaluator(self.digests, entries)
@@ -121,32 +134,43 @@ class WantedVerdicts:
 
 def verdict_keys(project: Project, cases: pd.DataFrame, runs: StoredTable, replays: StoredTable, version: str) -> WantedVerdicts:
     """The cache key each verdict should hold: its evaluator's digest, its case's recording, a
-    copy's source recording and the replay it judges, joined into one `inputs_key`."""
+    copy's source recording and the replay it judges, joined into one `inputs_key`. The stored
+    keys are found per case position in Arrow (no dict of every recording and replay)."""
+    recorded = pa.array(runs.columns("case_id")["case_id"], pa.string())
     recordings = recording_keys(runs, version)
-    replayed = replay_keys(replays)
-    case_ids = null_to_none(cases["case_id"])
-    own = [recordings.get(case_id) for case_id in case_ids]
-    source = [recordings.get(source_id) if source_id else None for source_id in null_to_none(cases["source_id"])]
+    own = taken(recordings, last_rows(cases["case_id"], recorded))
+    source = taken(recordings, last_rows(cases["source_id"], recorded))
     criteria = [evaluator.criterion for evaluator in project.evaluators]
     digests = evaluator_digests(project)
     # row_key("verdict", digest, recording, source_recording, replay): the evaluator's part
     # hashed once, the case's recordings joined once, per verdict only the rest.
     prefixes = [RowKeyPrefix("verdict", digest) for digest in digests]
     no_replay = row_key_tail(None)
+    replayed = replay_keys(replays)
+    replay_tails = {  # criterion -> per case, the tail of the replay it judges
+        criterion: [no_replay if row < 0 else row_key_tail(replayed[row]) for row in rows.tolist()]
+        for criterion, rows in replay_rows(replays, cases["case_id"]).items()
+    }
+    del replayed
+    per_evaluator = [(prefix, replay_tails.get(criterion)) for criterion, prefix in zip(criteria, prefixes)]
     inputs = bytearray()
-    for case_id, recording, source_recording in zip(case_ids, own, source):
+    for position, (recording, source_recording) in enumerate(zip(own, source)):
         recordings_tail = row_key_tail(recording, source_recording)
-        for criterion, prefix in zip(criteria, prefixes):
-            replay = replayed.get((case_id, criterion))
-            inputs += prefix.key(recordings_tail, no_replay if replay is None else row_key_tail(replay)).encode()
+        for prefix, tails in per_evaluator:
+            inputs += prefix.key(recordings_tail, no_replay if tails is None else tails[position]).encode()
     return WantedVerdicts(
-        case_id_column=pa.array(case_ids, pa.string()),
+        case_id_column=pa.array(cases["case_id"], pa.string()),
         criterion_names=criteria,
         digests=digests,
         recording_key_column=pa.array(own, pa.string()),
         inputs_keys=fixed_width_text(inputs, ROW_KEY_CHARACTERS),
         evaluators=len(criteria),
     )
+
+
+def taken(values: pa.Array, rows: np.ndarray) -> list[str | None]:
+    """`values` at `rows` (-1: None)."""
+    return values.take(pa.array(rows, pa.int64(), mask=rows < 0)).to_pylist()
 
 
 def fixed_width_text(text: bytearray, width: int) -> pa.StringArray:
@@ -217,32 +241,49 @@ class VerdictSummary:
 
 def why_judged(wanted: WantedVerdicts, entries: np.ndarray, positions: np.ndarray, stored: StoredTable, summary: VerdictSummary) -> None:
     """Per verdict judged now, why no stored verdict could be reused (the stored keys read only
-    at the rows of those judged again)."""
+    at the rows of those judged again; those with none counted per evaluator, not one by one).
+    Each reason counted in the order it first comes among the entries."""
     known_criteria = set(stored.columns("criterion")["criterion"].unique().tolist()) if stored.exists else set()
     stored_at = positions[entries]
-    again = stored_at[stored_at >= 0]
-    keys = stored.columns("evaluator_digest", "recording_key", "inputs_key").iloc[again] if len(again) else None
-    stored_keys = zip(*(null_to_none(keys[name]) for name in keys.columns)) if keys is not None else iter(())
-    recordings_wanted = iter(wanted.recording_keys_at(entries[stored_at >= 0]))
-    for entry, position in zip(entries.tolist(), stored_at.tolist()):
-        criterion = wanted.criterion_names[entry % wanted.evaluators]
-        if position < 0:
-            reason = "new case" if criterion in known_criteria or not known_criteria else "new evaluator"
-            summary.why[(criterion, JUDGED, reason)] += 1
-            continue
-        evaluator_digest, recording, inputs = next(stored_keys)
-        recording_wanted = next(recordings_wanted)
-        if evaluator_digest is None:
-            reason = "no cache key stored with the verdict"
-        elif inputs is None:
-            reason = "its judge did not answer last time"
-        elif evaluator_digest != wanted.digests[entry % wanted.evaluators]:
-            reason = "evaluator changed"
-        elif recording != recording_wanted:
-            reason = "recording changed"
-        else:
-            reason = "fault replay or the source's recording changed"
-        summary.why[(criterion, REJUDGED, reason)] += 1
+    evaluator_of = entries % max(wanted.evaluators, 1)
+    counted: dict[tuple[str, str, str], list[int]] = {}  # reason -> [its first entry's index, count]
+
+    def note(reason: tuple[str, str, str], index: int, count: int) -> None:
+        seen = counted.setdefault(reason, [index, 0])
+        seen[0], seen[1] = min(seen[0], index), seen[1] + count
+
+    new = np.flatnonzero(stored_at < 0)
+    for evaluator, first, count in first_and_count(evaluator_of[new]):
+        criterion = wanted.criterion_names[evaluator]
+        note((criterion, JUDGED, "new case" if criterion in known_criteria or not known_criteria else "new evaluator"), int(new[first]), count)
+    again = np.flatnonzero(stored_at >= 0)
+    if len(again):
+        keys = stored.columns("evaluator_digest", "recording_key", "inputs_key").iloc[stored_at[again]]
+        stored_keys = zip(*(null_to_none(keys[name]) for name in keys.columns))
+        recordings_wanted = wanted.recording_keys_at(entries[again])
+        for index, evaluator, (evaluator_digest, recording, inputs), recording_wanted in zip(
+            again.tolist(), evaluator_of[again].tolist(), stored_keys, recordings_wanted
+        ):
+            if evaluator_digest is None:
+                reason = "no cache key stored with the verdict"
+            elif inputs is None:
+                reason = "its judge did not answer last time"
+            elif evaluator_digest != wanted.digests[evaluator]:
+                reason = "evaluator changed"
+            elif recording != recording_wanted:
+                reason = "recording changed"
+            else:
+                reason = "fault replay or the source's recording changed"
+            note((wanted.criterion_names[evaluator], REJUDGED, reason), index, 1)
+    for reason, (_, count) in sorted(counted.items(), key=lambda item: item[1][0]):
+        summary.why[reason] += count
+
+
+def first_and_count(values: np.ndarray) -> list[tuple[int, int, int]]:
+    """Each distinct value (a small number: an evaluator's), the index it first comes at and
+    how often it comes, in the order values first come."""
+    distinct, first, counts = np.unique(values, return_index=True, return_counts=True)
+    return [(int(distinct[at]), int(first[at]), int(counts[at])) for at in np.argsort(first)]
 
 
 def reusable_entries(wanted: WantedVerdicts, stored: StoredTable) -> tuple[np.ndarray, np.ndarray]:

@@ -1,17 +1,21 @@
 """Verdicts as the rows of the `verdicts` table: made a column at a time from a chunk's
 verdicts (no tuple or dict per row), held as Arrow record batches with repeated text as
-dictionaries until the table is assembled."""
+dictionaries until the table is assembled, or (the judging step's) written to a file of their
+own a band of the table's rows at a time and read back as the table is written."""
 
 from __future__ import annotations
 
 from typing import Any, Sequence
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 from pydantic import TypeAdapter
 
 from ..model.cases import CaseRecord
 from ..model.outcomes import Verdict
+from ..store.spill import SpilledBands
+from ..store.stored import StoredTable
 from ..store.tables import BATCH_ROWS, VERDICTS_SCHEMA, to_json_text
 from .base import JudgingContext
 
@@ -36,36 +40,24 @@ class VerdictColumns:
     `BATCH_ROWS` rows (so a large table never exists as Python strings all at once), repeated
     text held as dictionaries (`COMPACT_VERDICTS_SCHEMA`), then one table of `VERDICTS_SCHEMA`."""
 
-    # Rows of the small batches a chunk's verdicts make, merged into one batch (its dictionaries
-    # unified): its buffers are large enough to be mapped apart from the heap, so the heap the
-    # chunks' models come and go in is not kept resident by a few live rows here and there.
-    MERGED_ROWS = 16384
-
     def __init__(self) -> None:
         self._batches: list[pa.RecordBatch] = []
-        self._small: list[pa.RecordBatch] = []
-        self._small_rows = 0
 
     def add(
         self, verdicts: Sequence[Verdict], cases: Sequence[CaseRecord], context: JudgingContext, version: str, judged_by_run: str,
-        keys: dict[str, list[str | None]] | None = None,
+        keys: dict[str, list[str | None]] | None = None, slots: Sequence[int] = (),
     ) -> None:
         """The verdicts' rows (each with the case it judged), naming the runs that recorded,
-        replayed and judged them; `keys`: their cache key columns (`KEY_COLUMNS`; none: nulls)."""
+        replayed and judged them; `keys`: their cache key columns (`KEY_COLUMNS`; none: nulls);
+        `slots`: each row's place in the table (`SpilledVerdictColumns` writes them by it)."""
         for start in range(0, len(verdicts), BATCH_ROWS):
             end = start + BATCH_ROWS
-            self._small.append(self._batch(verdicts[start:end], cases[start:end], context, version, judged_by_run,
-                                           {name: values[start:end] for name, values in (keys or {}).items()}))
-            self._small_rows += self._small[-1].num_rows
-            if self._small_rows >= self.MERGED_ROWS:
-                self._merge()
+            batch = self._batch(verdicts[start:end], cases[start:end], context, version, judged_by_run,
+                                {name: values[start:end] for name, values in (keys or {}).items()})
+            self._hold(batch, slots[start:end])
 
-    def _merge(self) -> None:
-        """The small batches as one (none when there are none)."""
-        if self._small:
-            merged = pa.Table.from_batches(self._small, schema=COMPACT_VERDICTS_SCHEMA).combine_chunks()
-            self._batches.extend(merged.to_batches())
-            self._small, self._small_rows = [], 0
+    def _hold(self, batch: pa.RecordBatch, slots: Sequence[int]) -> None:
+        self._batches.append(batch)
 
     @staticmethod
     def _batch(
@@ -99,17 +91,24 @@ class VerdictColumns:
         ]
         return pa.RecordBatch.from_arrays(arrays, schema=COMPACT_VERDICTS_SCHEMA)
 
-    def add_batches(self, batches: list[pa.RecordBatch]) -> None:
-        """Rows made elsewhere (another process's, `COMPACT_VERDICTS_SCHEMA`), as they are."""
-        self._merge()
-        self._batches.extend(batches)
-
-    def compact(self) -> pa.Table:
-        """The rows as they are held (repeated text as dictionaries): what a table assembled from
-        them reads a row group at a time (store/assembly.py decodes the dictionaries)."""
-        self._merge()
-        batches, self._batches = self._batches, []
-        return pa.Table.from_batches(batches, schema=COMPACT_VERDICTS_SCHEMA)
-
     def frame(self) -> pd.DataFrame:
-        return self.compact().cast(VERDICTS_SCHEMA).to_pandas()
+        return pa.Table.from_batches(self._batches, schema=COMPACT_VERDICTS_SCHEMA).cast(VERDICTS_SCHEMA).to_pandas()
+
+
+class SpilledVerdictColumns(VerdictColumns):
+    """`VerdictColumns` for rows bound for known `slots` of the table, written to a file of
+    their own a band of `rows_per_band` slots at a time as each band fills (store/spill.py),
+    never all held: the judging step's rows grow with the suite (half a million at 30,000
+    source cases)."""
+
+    def __init__(self, slots: np.ndarray, rows_per_band: int) -> None:
+        super().__init__()
+        self._bands = SpilledBands(VERDICTS_SCHEMA, slots, rows_per_band)
+
+    def _hold(self, batch: pa.RecordBatch, slots: Sequence[int]) -> None:
+        self._bands.add(batch, np.asarray(slots, dtype=np.int64))
+
+    def rows(self) -> tuple[StoredTable | pa.Table, np.ndarray]:
+        """The rows added, read back from their file (a row group per band of slots, in slot
+        order), and each one's slot."""
+        return self._bands.rows()

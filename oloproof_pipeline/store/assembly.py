@@ -143,7 +143,9 @@ class AssembledTable:
 
 def _whole_columns(source: Source, names: list[str]) -> pd.DataFrame:
     if isinstance(source, StoredTable):
-        return source.columns(*names)
+        columns = source.columns(*names)
+        source.forget()  # held by the frame alone: let go a column at a time as the table takes its rows
+        return columns
     if isinstance(source, pd.DataFrame):
         return source.reindex(columns=names)
     return pa.table([_decoded(source.column(name)) if name in source.column_names else pa.nulls(source.num_rows) for name in names], names=names).to_pandas()

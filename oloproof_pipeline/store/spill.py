@@ -16,6 +16,7 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Iterable
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -81,3 +82,56 @@ class SpilledRowBatches(RowBatches):
         """The rows added, read back whole (for scripts and tests)."""
         rows = self.rows()
         return rows if isinstance(rows, pa.Table) else pa.Table.from_pandas(rows.whole(), preserve_index=False)
+
+
+class SpilledBands:
+    """Rows bound for known slots of a table, arriving in any order, written to a file of their
+    own a band of slots at a time: a band's rows (`rows_per_band` slots, a row group of the
+    table assembled from them) are held until its last one arrives, then written in slot order
+    as one row group. The table is then written reading each band once, in turn; rows written
+    as they came would have it read (and keep) the whole file for every group when the order
+    they came in is not the table's."""
+
+    def __init__(self, schema: pa.Schema, slots: np.ndarray, rows_per_band: int):
+        self.schema, self.rows_per_band = schema, rows_per_band
+        bands, counts = np.unique(np.asarray(slots, dtype=np.int64) // rows_per_band, return_counts=True)
+        self._left = dict(zip(bands.tolist(), counts.tolist()))
+        self._held: dict[int, list[tuple[pa.RecordBatch, np.ndarray]]] = {}
+        self._written: list[np.ndarray] = []
+        self._spilled = SpilledRows()
+
+    @property
+    def held(self) -> int:
+        """Rows held, their bands not yet written."""
+        return sum(rows.num_rows for pieces in self._held.values() for rows, _ in pieces)
+
+    def add(self, batch: pa.RecordBatch, slots: np.ndarray) -> None:
+        """The batch's rows, each bound for its slot (one of those given at the start; its
+        columns any the table's schema casts from, e.g. text as dictionaries)."""
+        slots = np.asarray(slots, dtype=np.int64)
+        band_of = slots // self.rows_per_band
+        for band in np.unique(band_of).tolist():
+            at = np.flatnonzero(band_of == band)
+            rows = batch if len(at) == batch.num_rows else batch.take(pa.array(at))
+            self._held.setdefault(band, []).append((rows, slots[at]))
+            self._left[band] -= len(at)
+            if self._left[band] <= 0:
+                self._write(band)
+
+    def _write(self, band: int) -> None:
+        pieces = self._held.pop(band)
+        slots = np.concatenate([slots for _, slots in pieces])
+        order = np.argsort(slots, kind="stable")
+        rows = pa.Table.from_batches([rows for rows, _ in pieces]).combine_chunks().take(pa.array(order))
+        for batch in rows.cast(self.schema).combine_chunks().to_batches():
+            self._spilled.write(batch)
+        self._written.append(slots[order])
+
+    def rows(self) -> tuple[StoredTable | pa.Table, np.ndarray]:
+        """The rows added, read back from their file (none added: an empty table), and the slot
+        of each."""
+        for band in list(self._held):  # a band whose rows did not all come: written as it is
+            self._write(band)
+        stored = self._spilled.stored()
+        slots = np.concatenate(self._written) if self._written else np.array([], dtype=np.int64)
+        return (stored if stored is not None else self.schema.empty_table()), slots
