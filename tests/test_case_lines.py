@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from oloproof_pipeline.model.cases import load_case_lines, load_cases, source_lines
+from oloproof_pipeline.model.cases import CaseSetCheck, load_cases, source_lines
 from oloproof_pipeline.model.fingerprints import case_lines_context
 from oloproof_pipeline.project import load_project
 from oloproof_pipeline.store.case_lines import LinesCheckedBefore, checked_case_table
@@ -32,8 +32,10 @@ def checked_now(root: Path) -> list[str]:
     """The ids of the lines a launch would check now (those not checked before)."""
     project = load_project(root)
     before = LinesCheckedBefore.read(root, case_lines_context(project))
-    checked = load_case_lines(project, source_lines(project), before.facts_of if before is not None else None)
-    return [each.case_id for each in checked.new_cases()]
+    check = CaseSetCheck(project, before.facts_of if before is not None else None)
+    checked = check.checked(source_lines(project))
+    check.finish()
+    return [each.facts.case_id for each in checked if each.case is not None]
 
 
 def assert_table_as_a_whole_check_makes_it(root: Path) -> pd.DataFrame:

@@ -13,11 +13,11 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
+from ..model.cases import CaseTexts
 from ..model.config import Project, TransformConfig
 from ..model.errors import ProjectError
 from ..model.fingerprints import producer_code_version, row_key
 from ..model.transforms import (
-    CaseTexts,
     DerivedCaseRecord,
     LabelSummary,
     TransformProblem,
