@@ -205,9 +205,10 @@ def non_blank_lines_of(text: str) -> Iterator[tuple[int, str]]:
         start = end + 1
 
 
-def read_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
-    """(line number, object) for each non-blank line; a bad line fails the whole file."""
-    return [(line_number, _json_object_line(path, line_number, text)) for line_number, text in non_blank_lines(path)]
+def read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) for each non-blank line, parsed as it is taken (a label file's
+    lines never exist as one list); a line that is not a JSON object fails the whole file."""
+    return ((line_number, _json_object_line(path, line_number, text)) for line_number, text in non_blank_lines(path))
 
 
 def load_snapshot(project: Project, name: str) -> dict[str, Any]:
