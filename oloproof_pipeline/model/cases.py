@@ -232,11 +232,12 @@ class SourceLine:
     file: str  # as the cases' table names it: relative to the project
     number: int
     text: str
+    # The line's text as a digest: a line whose text is unchanged is the case it was.
+    key: str
 
-    @property
-    def key(self) -> str:
-        """The line's text as a digest: a line whose text is unchanged is the case it was."""
-        return hashlib.sha256(self.text.encode("utf-8", "surrogatepass")).hexdigest()
+    @classmethod
+    def of(cls, path: Path, file: str, number: int, text: str) -> "SourceLine":
+        return cls(path, file, number, text, hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest())
 
 
 @dataclass(frozen=True)
@@ -323,7 +324,7 @@ def _lines_of(files: list[tuple[Path, str, str]]) -> Iterator[SourceLine]:
     while files:
         path, file, text = files.pop(0)  # each file's text let go once its lines are taken
         for number, line_text in non_blank_lines_of(text):
-            yield SourceLine(path, file, number, line_text)
+            yield SourceLine.of(path, file, number, line_text)
 
 
 # Lines checked at once: each is a few KiB as Python values (its row, its record, its texts).

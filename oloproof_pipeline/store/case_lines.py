@@ -115,10 +115,13 @@ def _rows_of(checked: list[CheckedLine], before: LinesCheckedBefore | None) -> p
     """A batch's rows in line order: the kept lines' stored rows and the new ones', each row's
     file and line as they are now, then the lines' facts and the new lines' digests."""
     new = [each.case for each in checked if each.case is not None]
-    rows = pa.Table.from_pylist([_row_of(case) for case in new], schema=CASES_SCHEMA)
-    if len(new) < len(checked):
-        kept = before.rows([each.line for each in checked if each.case is None])
-        rows = _interleaved(kept, rows, [each.case is None for each in checked])
+    if checked and not new:  # a rerun's batch: every line checked before
+        rows = before.rows([each.line for each in checked])
+    else:
+        rows = pa.Table.from_pylist([_row_of(case) for case in new], schema=CASES_SCHEMA)
+        if len(new) < len(checked):
+            kept = before.rows([each.line for each in checked if each.case is None])
+            rows = _interleaved(kept, rows, [each.case is None for each in checked])
     for name, values in (("file", [each.line.file for each in checked]), ("line", [each.line.number for each in checked])):
         index = CASES_SCHEMA.get_field_index(name)
         rows = rows.set_column(index, CASES_SCHEMA.field(index), pa.array(values, CASES_SCHEMA.field(index).type))
@@ -126,11 +129,12 @@ def _rows_of(checked: list[CheckedLine], before: LinesCheckedBefore | None) -> p
         "line_key": [each.line.key for each in checked],
         "declares_group": [each.facts.declares_group for each in checked],
         "declares_state": [each.facts.declares_state for each in checked],
-        "digest_without_states": [None if each.case is None else each.case.digest_without_states for each in checked],
-        "digest_with_states": [None if each.case is None else each.case.digest_with_states for each in checked],
     }
+    for name in DIGESTS.names:
+        extra[name] = [None if each.case is None else getattr(each.case, name) for each in checked] if new else None
     for field in [*LINE_FACTS, *DIGESTS]:
-        rows = rows.append_column(field, pa.array(extra[field.name], field.type))
+        values = extra[field.name]
+        rows = rows.append_column(field, pa.nulls(len(checked), field.type) if values is None else pa.array(values, field.type))
     return rows
 
 
