@@ -8,10 +8,14 @@ import json
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
-from oloproof_pipeline.model.cases import load_case_lines, load_cases, source_lines
+from oloproof_pipeline.model.cases import CaseSetCheck, load_cases, source_lines
+from oloproof_pipeline.model.digests import case_digest
+from oloproof_pipeline.model.errors import ProjectError
 from oloproof_pipeline.model.fingerprints import case_lines_context
 from oloproof_pipeline.project import load_project
+from oloproof_pipeline.store import case_lines
 from oloproof_pipeline.store.case_lines import LinesCheckedBefore, checked_case_table
 from oloproof_pipeline.store.tables import case_table
 
@@ -32,8 +36,10 @@ def checked_now(root: Path) -> list[str]:
     """The ids of the lines a launch would check now (those not checked before)."""
     project = load_project(root)
     before = LinesCheckedBefore.read(root, case_lines_context(project))
-    checked = load_case_lines(project, source_lines(project), before.facts_of if before is not None else None)
-    return [each.case_id for each in checked.new_cases()]
+    check = CaseSetCheck(project, before.facts_of if before is not None else None)
+    checked = check.checked(source_lines(project))
+    check.finish()
+    return [each.facts.case_id for each in checked if each.case is not None]
 
 
 def assert_table_as_a_whole_check_makes_it(root: Path) -> pd.DataFrame:
@@ -97,3 +103,54 @@ def test_a_bad_line_among_lines_checked_before_is_one_error_line(evaluated_desk)
     data.write_text("\n".join([*lines, json.dumps({**json.loads(lines[1]), "id": first})]) + "\n", encoding="utf-8")
     one_error_line(oloproof_in_process("run", cwd=desk), 2, f"{data}:{len(lines) + 1}: id: {first!r} repeats the case at {data}:1")
     assert evidence(desk) == before
+
+
+def test_a_set_larger_than_a_batch_gives_the_table_a_whole_check_makes(tmp_path, monkeypatch):
+    # Lines are checked three at a time; only the eighth declares a starting state, so the
+    # digests of the batches before it are decided by a line they never saw.
+    monkeypatch.setattr(case_lines, "LINES_AT_ONCE", 3)
+    cases = [case(index, metadata={"tier": index % 2}) for index in range(10)]
+    cases[7] = {**cases[7], "initial_state": {"n": 0}}
+    root = write_project(tmp_path / "p", app=tiny_stateful_app(), cases=cases)
+    table = assert_table_as_a_whole_check_makes_it(root)
+    assert table["case_id"].tolist() == [f"c{index}" for index in range(10)]
+    assert table["case_digest"].tolist() == [
+        case_digest(input=each["input"], expected=each["expected"], metadata=each["metadata"], group_id=None,
+                    initial_state=each.get("initial_state"), include_initial_state=True)
+        for each in cases
+    ]
+
+    # Lines checked before and new ones in every batch: the kept rows and the new ones in line order.
+    edited = [case(20), *cases[:4], {**cases[4], "metadata": {"tier": 9}}, *cases[5:], case(21)]
+    write_cases(root, edited)
+    assert checked_now(root) == ["c20", "c4", "c21"]
+    table = assert_table_as_a_whole_check_makes_it(root)
+    assert list(zip(table["case_id"], table["line"])) == [(each["id"], line) for line, each in enumerate(edited, start=1)]
+    assert checked_now(root) == []
+
+
+def test_problems_found_in_different_batches_are_reported_together(tmp_path, monkeypatch):
+    monkeypatch.setattr(case_lines, "LINES_AT_ONCE", 2)
+    cases = [case(index, initial_state={"n": index}) for index in range(9)]
+    cases[1] = {**cases[1], "expected": "refunded"}  # batch 1
+    cases[4] = {**cases[4], "id": "c0"}  # batch 3: the id of line 1
+    cases[8] = {**cases[8], "events": [{"at_step": 0, "event": "x"}]}  # batch 5
+    root = write_project(tmp_path / "p", app=tiny_stateful_app(), cases=cases)
+    data = root / "data" / "cases.jsonl"
+    with pytest.raises(ProjectError) as raised:
+        checked_case_table(load_project(root))
+    problems = raised.value.problems
+    assert [problem.split(": ")[0] for problem in problems] == [f"{data}:2", f"{data}:5", f"{data}:9"]
+    assert f"{data}:5: id: 'c0' repeats the case at {data}:1" in problems
+
+
+def test_a_path_naming_nothing_counts_the_cases_of_every_batch(tmp_path, monkeypatch):
+    monkeypatch.setattr(case_lines, "LINES_AT_ONCE", 2)
+    cases = [case(index, initial_state={"n": index}) for index in range(5)]
+    evaluators = [{"type": "state_unchanged", "criterion": "kept", "paths": ["orders.gone"]}]
+    root = write_project(tmp_path / "p", app=tiny_stateful_app(), cases=cases, evaluators=evaluators)
+    with pytest.raises(ProjectError) as raised:
+        checked_case_table(load_project(root))
+    [problem] = raised.value.problems
+    assert "path 'orders.gone' names nothing in the starting or expected state of 5 cases: c0 (data/cases.jsonl:1), " \
+           "c1 (data/cases.jsonl:2), c2 (data/cases.jsonl:3) and 2 more" in problem

@@ -53,11 +53,16 @@ class TransformValidity(BaseModel):
         )
 
 
+# The columns of `derived_cases` a transform's validity is read from.
+VALIDITY_COLUMNS = ("transform", "transform_digest", "label_status", "stale_labels", "minimum_validity")
+
+
 def transform_validity(derived_cases: pd.DataFrame | None) -> dict[str, TransformValidity]:
     """Per transform, from the `derived_cases` table alone. Unlabelled pairs count as not kept."""
     by_transform: dict[str, list[dict[str, Any]]] = defaultdict(list)
     if derived_cases is not None and not derived_cases.empty:
-        for row in rows_from_frame(derived_cases, ()):
+        # Only the columns read become Python values, never a copy's texts.
+        for row in rows_from_frame(derived_cases[list(VALIDITY_COLUMNS)], ()):
             by_transform[row["transform"]].append(row)
     return {name: _validity_of(name, rows) for name, rows in by_transform.items()}
 

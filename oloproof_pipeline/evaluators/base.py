@@ -44,6 +44,18 @@ class CaseSelector(BaseModel):
         return True
 
 
+class CaseFindings:
+    """What an evaluator finds wrong with a dataset's cases, gathered over the batches a
+    large set is checked in (`add`), so a problem reads the same however the set was cut:
+    this one finds nothing."""
+
+    def add(self, cases: list[CaseRecord]) -> None:
+        pass
+
+    def problems(self) -> list[str]:
+        return []
+
+
 class EvaluatorConfig(BaseModel):
     # `.inf` or `.nan` (a tolerance, a bar) would make a comparison pass or fail regardless.
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
@@ -108,10 +120,11 @@ class Evaluator:
         selector = self.config.applies_to
         return selector is None or selector.selects(case)
 
-    def case_problems(self, cases: list[CaseRecord]) -> list[str]:
-        """Load errors (one line each) the evaluator finds in the dataset: a path naming
-        nothing in the cases it applies to. Checked when the cases are loaded."""
-        return []
+    def case_findings(self) -> CaseFindings:
+        """A fresh gathering of the load errors (one line each) this evaluator finds in the
+        dataset: a path naming nothing in the cases it applies to. Fed the cases as they are
+        loaded, a batch at a time."""
+        return CaseFindings()
 
     def project_code_files(self, project_root: Path) -> list[Path]:
         """The project's own files this evaluator runs (a python grader's module): its verdicts'

@@ -15,15 +15,15 @@ a row, the mode decides as everywhere else.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Iterable, Literal, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, Iterable, Iterator, Literal, Sequence
 
 from pydantic import Field
 
 from ..model.cases import CaseRecord
 from ..model.records import RecordedRun
 from ..model.outcomes import EXCLUDED, FAIL, MISSING, PASS, Verdict
-from .base import Evaluator, EvaluatorConfig, JudgingContext
+from .base import CaseFindings, Evaluator, EvaluatorConfig, JudgingContext
 from ..model.paths import ABSENT, DottedPath, absent_as_none, join_path, path_keys, quote_key, read_keys, read_path, split_glob_path
 from .state_views import GlobPath, glob_matches, state_view
 
@@ -302,28 +302,53 @@ def expected_state_of(case: CaseRecord, field: str = "state") -> Any:
     return ABSENT if state is None else state
 
 
-def paths_naming_nothing(
-    evaluator: Evaluator, worlds: list[tuple[CaseRecord, list[Any]]], paths_of: Callable[[CaseRecord], list[str]]
-) -> list[str]:
+@dataclass
+class CasesNamed:
+    """How many cases a problem is about, and the first few of them as a load error names them."""
+
+    count: int = 0
+    named: list[str] = field(default_factory=list)
+
+    SHOWN = 3
+
+    def add(self, case: CaseRecord) -> None:
+        self.count += 1
+        if len(self.named) < self.SHOWN:
+            self.named.append(f"{case.case_id} ({case.file}:{case.line})" if case.file else case.case_id)
+
+    def __str__(self) -> str:
+        more = f" and {self.count - self.SHOWN} more" if self.count > self.SHOWN else ""
+        return f"{self.count} case{'s' if self.count > 1 else ''}: {', '.join(self.named)}{more}"
+
+
+class PathsNamingNothing(CaseFindings):
     """One load error per path that names nothing in every state given for a case (its
-    starting and expected states): such a path would compare absent with absent."""
-    cases_by_path: dict[str, list[CaseRecord]] = {}
-    for case, states in worlds:
-        for path in paths_of(case):
-            if all(not isinstance(state, dict) or read_path(state, path) is ABSENT for state in states):
-                cases_by_path.setdefault(path, []).append(case)
-    return [
-        f"{evaluator.origin} ({evaluator.type} {evaluator.criterion}): path {path!r} names nothing in the starting "
-        f"or expected state of {_some_cases(cases)}; quote a key holding a dot (files[\"a.txt\"]), limit the "
-        "evaluator with applies_to, or set absent_ok: true if the absence is the point"
-        for path, cases in cases_by_path.items()
-    ]
+    starting and expected states): such a path would compare absent with absent. `worlds`
+    gives each case the evaluator checks with its states; `paths_of` its paths."""
 
+    def __init__(
+        self, evaluator: Evaluator, worlds: Callable[[list[CaseRecord]], Iterable[tuple[CaseRecord, list[Any]]]],
+        paths_of: Callable[[CaseRecord], list[str]],
+    ):
+        self.evaluator = evaluator
+        self.worlds = worlds
+        self.paths_of = paths_of
+        self.cases_by_path: dict[str, CasesNamed] = {}
 
-def _some_cases(cases: list[CaseRecord]) -> str:
-    named = ", ".join(f"{case.case_id} ({case.file}:{case.line})" if case.file else case.case_id for case in cases[:3])
-    more = f" and {len(cases) - 3} more" if len(cases) > 3 else ""
-    return f"{len(cases)} case{'s' if len(cases) > 1 else ''}: {named}{more}"
+    def add(self, cases: list[CaseRecord]) -> None:
+        for case, states in self.worlds(cases):
+            for path in self.paths_of(case):
+                if all(not isinstance(state, dict) or read_path(state, path) is ABSENT for state in states):
+                    self.cases_by_path.setdefault(path, CasesNamed()).add(case)
+
+    def problems(self) -> list[str]:
+        evaluator = self.evaluator
+        return [
+            f"{evaluator.origin} ({evaluator.type} {evaluator.criterion}): path {path!r} names nothing in the starting "
+            f"or expected state of {cases}; quote a key holding a dot (files[\"a.txt\"]), limit the "
+            "evaluator with applies_to, or set absent_ok: true if the absence is the point"
+            for path, cases in self.cases_by_path.items()
+        ]
 
 
 class StateMatchesConfig(EvaluatorConfig):
@@ -353,15 +378,15 @@ class StateMatches(Evaluator):
     def view(self, state: Any) -> Any:
         return state_view(state, ignore=self.config.ignore, rows=self.config.match_rows_by)
 
-    def case_problems(self, cases: list[CaseRecord]) -> list[str]:
+    def case_findings(self) -> CaseFindings:
         if self.config.absent_ok or not self.config.paths:
-            return []
-        worlds = [
-            (case, [self.view(case.initial_state or {}), self.view(expected)])
-            for case in cases
-            if self.applies_to(case) and (expected := expected_state_of(case, self.config.expected_field)) is not ABSENT
-        ]
-        return paths_naming_nothing(self, worlds, lambda case: list(self.config.paths or []))
+            return CaseFindings()
+        return PathsNamingNothing(self, self._worlds, lambda case: list(self.config.paths or []))
+
+    def _worlds(self, cases: list[CaseRecord]) -> Iterator[tuple[CaseRecord, list[Any]]]:
+        for case in cases:
+            if self.applies_to(case) and (expected := expected_state_of(case, self.config.expected_field)) is not ABSENT:
+                yield case, [self.view(case.initial_state or {}), self.view(expected)]
 
     def judge(self, case: CaseRecord, recording: RecordedRun, context: JudgingContext) -> Verdict:
         expected_state = self.view(expected_state_of(case, self.config.expected_field))

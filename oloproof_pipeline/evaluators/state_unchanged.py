@@ -10,16 +10,16 @@ the point: the record must not come into being).
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Iterator
 
 from pydantic import Field
 
 from ..model.cases import CaseRecord, unchanged_paths_of
 from ..model.records import RecordedRun
 from ..model.outcomes import EXCLUDED, FAIL, MISSING, PASS, Verdict
-from .base import Evaluator, EvaluatorConfig, JudgingContext
+from .base import CaseFindings, Evaluator, EvaluatorConfig, JudgingContext
 from ..model.paths import ABSENT, DottedPath, read_path
-from .state_matches import StateComparison, expected_state_of, first_difference, paths_naming_nothing
+from .state_matches import StateComparison, expected_state_of, first_difference, PathsNamingNothing
 
 
 class StateUnchangedConfig(EvaluatorConfig):
@@ -41,15 +41,15 @@ class StateUnchanged(Evaluator):
         shared = self.config.paths or []
         return [*shared, *(path for path in unchanged_paths_of(case) if path not in shared)]
 
-    def case_problems(self, cases: list[CaseRecord]) -> list[str]:
+    def case_findings(self) -> CaseFindings:
         if self.config.absent_ok:
-            return []
-        worlds = [
-            (case, [case.initial_state, expected_state_of(case)])
-            for case in cases
-            if case.initial_state is not None and self.applies_to(case)
-        ]
-        return paths_naming_nothing(self, worlds, self.paths_of)
+            return CaseFindings()
+        return PathsNamingNothing(self, self._worlds, self.paths_of)
+
+    def _worlds(self, cases: list[CaseRecord]) -> Iterator[tuple[CaseRecord, list[Any]]]:
+        for case in cases:
+            if case.initial_state is not None and self.applies_to(case):
+                yield case, [case.initial_state, expected_state_of(case)]
 
     def judge(self, case: CaseRecord, recording: RecordedRun, context: JudgingContext) -> Verdict:
         if case.initial_state is None:

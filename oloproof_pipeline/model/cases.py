@@ -11,14 +11,15 @@ import hashlib
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from itertools import islice
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
 from .config import PROJECT_FILE, Project, StrictModel, read_text_file
-from .digests import case_digest
+from .digests import case_text_digest, json_text
 from .errors import ProjectError, describe_validation_error
 from .paths import split_path
 
@@ -187,15 +188,27 @@ def _json_object_line(path: Path, line_number: int, text: str) -> dict[str, Any]
 
 def non_blank_lines(path: Path) -> Iterator[tuple[int, str]]:
     """(line number, text) of each non-blank line of a JSON-lines file."""
+    return non_blank_lines_of(read_text_file(path))
+
+
+def non_blank_lines_of(text: str) -> Iterator[tuple[int, str]]:
+    """(line number, text) of each non-blank line of a JSON-lines text, cut as it is taken (a
+    large dataset's lines never exist as one list)."""
     # Split on newlines only, as a file is read by lines (a JSON string may hold U+2028).
-    for line_number, text in enumerate(read_text_file(path).split("\n"), start=1):
-        if text.strip():
-            yield line_number, text
+    start, number = 0, 0
+    while start <= len(text):
+        end = text.find("\n", start)
+        end = len(text) if end < 0 else end
+        number += 1
+        if (line := text[start:end]).strip():
+            yield number, line
+        start = end + 1
 
 
-def read_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
-    """(line number, object) for each non-blank line; a bad line fails the whole file."""
-    return [(line_number, _json_object_line(path, line_number, text)) for line_number, text in non_blank_lines(path)]
+def read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) for each non-blank line, parsed as it is taken (a label file's
+    lines never exist as one list); a line that is not a JSON object fails the whole file."""
+    return ((line_number, _json_object_line(path, line_number, text)) for line_number, text in non_blank_lines(path))
 
 
 def load_snapshot(project: Project, name: str) -> dict[str, Any]:
@@ -219,11 +232,12 @@ class SourceLine:
     file: str  # as the cases' table names it: relative to the project
     number: int
     text: str
+    # The line's text as a digest: a line whose text is unchanged is the case it was.
+    key: str
 
-    @property
-    def key(self) -> str:
-        """The line's text as a digest: a line whose text is unchanged is the case it was."""
-        return hashlib.sha256(self.text.encode("utf-8", "surrogatepass")).hexdigest()
+    @classmethod
+    def of(cls, path: Path, file: str, number: int, text: str) -> "SourceLine":
+        return cls(path, file, number, text, hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest())
 
 
 @dataclass(frozen=True)
@@ -239,122 +253,204 @@ class LineFacts:
         return cls(row.id, row.group_id is not None, row.initial_state is not None or row.snapshot is not None)
 
 
-@dataclass
-class CheckedLines:
-    """Every line of the dataset, checked: each line with its facts and, unless it was known
-    (`load_case_lines`' `known`), its case. The case digests of known lines hold while
-    `declares_states` is what it was when they were made."""
+@dataclass(frozen=True)
+class CaseTexts:
+    """A case's JSON members as the cases table stores them: canonical JSON text, None for null."""
 
-    lines: list[SourceLine]
-    facts: list[LineFacts]
-    cases: list[CaseRecord | None]
-    declares_states: bool
+    input: str | None
+    initial_state: str | None
+    expected: str | None
+    metadata: str | None
+    events: str | None
 
-    def new_cases(self) -> list[CaseRecord]:
-        return [case for case in self.cases if case is not None]
+    @classmethod
+    def of(cls, case: CaseRecord) -> "CaseTexts":
+        return cls(*(json_text(getattr(case, name)) for name in CASE_TEXTS))
+
+    @classmethod
+    def of_row(cls, row: dict[str, Any]) -> "CaseTexts":
+        """The texts of a stored row (the cases table's columns of the same names)."""
+        return cls(*(row[name] for name in CASE_TEXTS))
+
+    def as_row(self) -> dict[str, str | None]:
+        return {name: getattr(self, name) for name in CASE_TEXTS}
 
 
-def source_lines(project: Project) -> list[SourceLine]:
-    """The non-blank lines of every dataset file, in order."""
-    lines = []
-    for path in dataset_files(project):
-        file = str(path.relative_to(project.root))
-        lines.extend(SourceLine(path, file, number, text) for number, text in non_blank_lines(path))
-    return lines
+# CaseTexts' fields, in order: the members a case stores as JSON text.
+CASE_TEXTS = tuple(member.name for member in fields(CaseTexts))
+
+# A line's case before the whole set is checked: its digest depends on whether any case of
+# the set declares a starting state (`NewCase.digest`). The evaluators' checks read a case's
+# members, never its digest.
+UNDECIDED_DIGEST = ""
 
 
-def _check_group_ids_all_or_none(lines: list[SourceLine], facts: list[LineFacts]) -> None:
-    """As in Oloproof: a dataset declares `group_id` on every case or on none, since a case
-    without one would silently be a cluster of its own."""
-    declared = [each.declares_group for each in facts]
-    if any(declared) and not all(declared):
-        line = next(line for line, has_one in zip(lines, declared) if not has_one)
-        raise ProjectError(
-            f"{line.path}:{line.number}: group_id: {sum(declared)} of {len(lines)} cases declare group_id; "
-            "declare it on every case or on none"
+@dataclass(frozen=True)
+class NewCase:
+    """A line checked now, made a case: its record (members as values, for the evaluators'
+    checks), its members' texts as the cases' table stores them, and its digest for either
+    kind of case set, each digest's body put together from those texts (`object_text`)."""
+
+    record: CaseRecord
+    texts: CaseTexts
+    digest_without_states: str
+    digest_with_states: str
+
+    def digest(self, declares_states: bool) -> str:
+        return self.digest_with_states if declares_states else self.digest_without_states
+
+    def as_record(self, declares_states: bool) -> CaseRecord:
+        return self.record.model_copy(update={"case_digest": self.digest(declares_states)})
+
+
+@dataclass(frozen=True)
+class CheckedLine:
+    """A valid line of the case set: where it is, its facts and, unless it was known (a line
+    checked before), its case."""
+
+    line: SourceLine
+    facts: LineFacts
+    case: NewCase | None
+
+
+def source_lines(project: Project) -> Iterator[SourceLine]:
+    """The non-blank lines of every dataset file, in order, each cut from its file's text as it
+    is taken. Every file is read first: one that is not UTF-8 fails before any line is checked."""
+    files = [(path, str(path.relative_to(project.root)), read_text_file(path)) for path in dataset_files(project)]
+    return _lines_of(files)
+
+
+def _lines_of(files: list[tuple[Path, str, str]]) -> Iterator[SourceLine]:
+    while files:
+        path, file, text = files.pop(0)  # each file's text let go once its lines are taken
+        for number, line_text in non_blank_lines_of(text):
+            yield SourceLine.of(path, file, number, line_text)
+
+
+# Lines checked at once: each is a few KiB as Python values (its row, its record, its texts).
+LINES_AT_ONCE = 1024
+
+Item = TypeVar("Item")
+
+
+def in_batches(items: Iterable[Item], size: int) -> Iterator[list[Item]]:
+    iterator = iter(items)
+    while batch := list(islice(iterator, size)):
+        yield batch
+
+
+class CaseSetCheck:
+    """The checks of one case set, fed a batch of lines at a time (`checked`), so a large set
+    never exists as Python values at once: each line's JSON and fields, its starting state,
+    no id twice, `group_id` on all or none, the evaluators' paths. A line `known` gives the
+    facts of (a line checked before, with the evaluators as they are) is checked only with the
+    set, and made no case. A line that is not JSON fails at once; every other problem is
+    gathered over all batches and raised by `finish` (a `ProjectError`), in the order a check
+    of the whole set meets them: the lines' problems together, then `group_id`, then a
+    snapshot, then the evaluators' problems together."""
+
+    def __init__(self, project: Project, known: Callable[[SourceLine], LineFacts | None] | None = None):
+        self.project = project
+        self.known = known
+        self.problems: list[str] = []
+        self.first_seen: dict[str, tuple[Path, int]] = {}
+        self.kept = 0
+        self.declared_groups = 0
+        self.first_without_group: SourceLine | None = None
+        self.declares_states = False
+        self.snapshot_problem: str | None = None
+        self.snapshots: dict[str, tuple[dict[str, Any], str]] = {}  # by name: the state and its text, read once
+        self.findings = [evaluator.case_findings() for evaluator in project.evaluators]
+
+    def checked(self, lines: Iterable[SourceLine]) -> list[CheckedLine]:
+        """The valid lines among `lines`, each with its facts and (unless known) its case."""
+        batch: list[CheckedLine] = []
+        for line in lines:
+            facts = self.known(line) if self.known is not None else None
+            row = None
+            if facts is None:
+                data = _json_object_line(line.path, line.number, line.text)
+                try:
+                    row = CaseRow.model_validate(data)
+                except ValidationError as error:
+                    self.problems.extend(describe_validation_error(error, line.path, line=line.number))
+                    continue
+                facts = LineFacts.of(row)
+            if self._counted(line, facts):
+                case = None if row is None else self._case_of(line, row)
+                if row is None or case is not None:
+                    batch.append(CheckedLine(line, facts, case))
+        new = [each.case.record for each in batch if each.case is not None]
+        for findings in self.findings:
+            findings.add(new)
+        return batch
+
+    def _counted(self, line: SourceLine, facts: LineFacts) -> bool:
+        """Count a line into the set's checks; False for one repeating an id (a problem)."""
+        other = self.first_seen.get(facts.case_id)
+        if other is not None:
+            self.problems.append(f"{line.path}:{line.number}: id: {facts.case_id!r} repeats the case at {other[0]}:{other[1]}")
+            return False
+        self.first_seen[facts.case_id] = (line.path, line.number)
+        self.kept += 1
+        self.declared_groups += facts.declares_group
+        if not facts.declares_group and self.first_without_group is None:
+            self.first_without_group = line
+        self.declares_states = self.declares_states or facts.declares_state
+        return True
+
+    def _case_of(self, line: SourceLine, row: CaseRow) -> NewCase | None:
+        """The line's case; None when its snapshot cannot be read (the first such is a problem)."""
+        try:
+            initial_state, state_text = self._starting_state(row)
+        except ProjectError as error:
+            self.snapshot_problem = self.snapshot_problem or f"{line.path}:{line.number}: snapshot: {error}"
+            return None
+        texts = CaseTexts(json_text(row.input), state_text, json_text(row.expected), json_text(row.metadata), json_text(row.events))
+        members = {"input": texts.input, "expected": texts.expected, "metadata": texts.metadata, "group_id": row.group_id}
+        # Validated as the row was: its members as they are, not copied again.
+        record = CaseRecord.model_construct(
+            case_id=row.id, case_digest=UNDECIDED_DIGEST, group_id=row.group_id or row.id, input=row.input,
+            initial_state=initial_state, snapshot=row.snapshot, expected=row.expected, metadata=row.metadata,
+            events=row.events, file=line.file, line=line.number,
         )
+        return NewCase(
+            record, texts, case_text_digest(**members),
+            case_text_digest(**members, initial_state=texts.initial_state, include_initial_state=True),
+        )
+
+    def _starting_state(self, row: CaseRow) -> tuple[dict[str, Any] | None, str | None]:
+        if not row.snapshot:
+            return row.initial_state, json_text(row.initial_state)
+        if row.snapshot not in self.snapshots:
+            state = load_snapshot(self.project, row.snapshot)
+            self.snapshots[row.snapshot] = (state, json_text(state))
+        return self.snapshots[row.snapshot]
+
+    def finish(self) -> bool:
+        """Whether the set declares starting states; raises what the set's checks found."""
+        if self.problems:
+            raise ProjectError(self.problems)
+        if self.declared_groups and self.first_without_group is not None:
+            # As in Oloproof: a dataset declares `group_id` on every case or on none, since a
+            # case without one would silently be a cluster of its own.
+            line = self.first_without_group
+            raise ProjectError(
+                f"{line.path}:{line.number}: group_id: {self.declared_groups} of {self.kept} cases declare group_id; "
+                "declare it on every case or on none"
+            )
+        if self.snapshot_problem is not None:
+            raise ProjectError(self.snapshot_problem)
+        problems = [problem for findings in self.findings for problem in findings.problems()]
+        if problems:
+            raise ProjectError(problems)
+        return self.declares_states
 
 
 def load_cases(project: Project) -> list[CaseRecord]:
     """Every source case of the dataset, validated, with its digest. Nothing is returned
-    from a half-read dataset: the first bad file fails the load."""
-    return load_case_lines(project, source_lines(project)).new_cases()
-
-
-def load_case_lines(
-    project: Project, lines: list[SourceLine], known: Callable[[SourceLine], LineFacts | None] | None = None
-) -> CheckedLines:
-    """`lines` checked as one case set: each line's JSON and fields, no id twice, `group_id` on
-    all or none, the evaluators' paths; each a case with its digest. A line `known` gives the
-    facts of (a line checked before, with the evaluators as they are) is checked only with the
-    set, and made no case. Every bad line is a `file:line: field: what` problem; nothing is
-    returned from a half-read dataset."""
-    kept: list[SourceLine] = []
-    facts: list[LineFacts] = []
-    rows: list[CaseRow | None] = []
-    first_seen: dict[str, SourceLine] = {}
-    problems: list[str] = []
-    for line in lines:
-        facts_of_line = known(line) if known is not None else None
-        row = None
-        if facts_of_line is None:
-            data = _json_object_line(line.path, line.number, line.text)
-            try:
-                row = CaseRow.model_validate(data)
-            except ValidationError as error:
-                problems.extend(describe_validation_error(error, line.path, line=line.number))
-                continue
-            facts_of_line = LineFacts.of(row)
-        if facts_of_line.case_id in first_seen:
-            other = first_seen[facts_of_line.case_id]
-            problems.append(f"{line.path}:{line.number}: id: {facts_of_line.case_id!r} repeats the case at {other.path}:{other.number}")
-            continue
-        first_seen[facts_of_line.case_id] = line
-        kept.append(line)
-        facts.append(facts_of_line)
-        rows.append(row)
-    if problems:
-        raise ProjectError(problems)
-    _check_group_ids_all_or_none(kept, facts)
-
-    declares_states = any(each.declares_state for each in facts)
-    cases = [None if row is None else _case_of(project, line, row, declares_states) for line, row in zip(kept, rows)]
-    checked = CheckedLines(kept, facts, cases, declares_states)
-    _check_evaluators_over(project, checked.new_cases())
-    return checked
-
-
-def _case_of(project: Project, line: SourceLine, row: CaseRow, declares_states: bool) -> CaseRecord:
-    try:
-        initial_state = load_snapshot(project, row.snapshot) if row.snapshot else row.initial_state
-    except ProjectError as error:
-        raise ProjectError(f"{line.path}:{line.number}: snapshot: {error}") from None
-    return CaseRecord(
-        case_id=row.id,
-        case_digest=case_digest(
-            input=row.input,
-            expected=row.expected,
-            metadata=row.metadata,
-            group_id=row.group_id,
-            initial_state=initial_state,
-            include_initial_state=declares_states,
-        ),
-        group_id=row.group_id or row.id,
-        input=row.input,
-        initial_state=initial_state,
-        snapshot=row.snapshot,
-        expected=row.expected,
-        metadata=row.metadata,
-        events=row.events,
-        file=line.file,
-        line=line.number,
-    )
-
-
-def _check_evaluators_over(project: Project, cases: list[CaseRecord]) -> None:
-    """What each evaluator finds wrong with these cases (a path naming nothing in them)."""
-    problems = [problem for evaluator in project.evaluators for problem in evaluator.case_problems(cases)]
-    if problems:
-        raise ProjectError(problems)
-
-
+    from a half-read dataset: every bad line is a `file:line: field: what` problem."""
+    check = CaseSetCheck(project)
+    new = [each.case for lines in in_batches(source_lines(project), LINES_AT_ONCE) for each in check.checked(lines)]
+    declares_states = check.finish()
+    return [case.as_record(declares_states) for case in new if case is not None]

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import copy
 import pickle
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
-from .cases import CaseRecord, read_jsonl
+from .cases import CaseRecord, CaseTexts, read_jsonl
 from .config import PROJECT_FILE, Project, TransformConfig, read_yaml
 from .digests import case_text_digest, json_text, object_text, pair_text_digest, transform_digest
 from .errors import ProjectError, describe_validation_error, yaml_line
@@ -139,33 +139,6 @@ class DerivedCaseRecord(CaseRecord):
 
 def copy_id(source_id: str, transform_name: str) -> str:
     return f"{source_id}~{transform_name}"
-
-
-@dataclass(frozen=True)
-class CaseTexts:
-    """A case's JSON members as the cases table stores them: canonical JSON text, None for null."""
-
-    input: str | None
-    initial_state: str | None
-    expected: str | None
-    metadata: str | None
-    events: str | None
-
-    @classmethod
-    def of(cls, case: CaseRecord) -> "CaseTexts":
-        return cls(*(json_text(getattr(case, name)) for name in CASE_TEXTS))
-
-    @classmethod
-    def of_row(cls, row: dict[str, Any]) -> "CaseTexts":
-        """The texts of a stored row (the cases table's columns of the same names)."""
-        return cls(*(row[name] for name in CASE_TEXTS))
-
-    def as_row(self) -> dict[str, str | None]:
-        return {name: getattr(self, name) for name in CASE_TEXTS}
-
-
-# CaseTexts' fields, in order: the members a case stores as JSON text.
-CASE_TEXTS = tuple(member.name for member in fields(CaseTexts))
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from typing import Any, Iterable
 import pandas as pd
 
 from ..decide.trials import CriterionTrials
-from ..decide.validity import TransformValidity
+from ..decide.validity import VALIDITY_COLUMNS, TransformValidity
 from ..evaluators.metamorphic_relation import same_call
 from ..model.outcomes import BLOCKING_ORDER, EXCLUDED, FAIL, MISSING, PASS
 from ..model.trajectory import first_difference
@@ -375,7 +375,7 @@ def _written(project_root: Path, table: str, version: str, run_ids: set[str]) ->
 
 
 # What the report reads of the copies for their transforms' validity.
-REPORT_VALIDITY_FIELDS = ("transform", "transform_digest", "label_status", "stale_labels", "minimum_validity")
+REPORT_VALIDITY_FIELDS = VALIDITY_COLUMNS
 
 
 # -- the page --------------------------------------------------------------------------------

@@ -13,11 +13,11 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
+from ..model.cases import CaseTexts
 from ..model.config import Project, TransformConfig
 from ..model.errors import ProjectError
 from ..model.fingerprints import producer_code_version, row_key
 from ..model.transforms import (
-    CaseTexts,
     DerivedCaseRecord,
     LabelSummary,
     TransformProblem,
@@ -32,7 +32,7 @@ from ..model.transforms import (
     transform_places,
 )
 from .decoding import MODELS_AT_ONCE, collection_paused
-from .tables import CASES_SCHEMA, DERIVED_CASES_SCHEMA, RowBatches, derived_case_table, from_json_text, null_to_none, rows_from_frame
+from .tables import CASES_SCHEMA, DERIVED_CASES_SCHEMA, RowBatches, arrow_columns, derived_case_table, from_json_text, null_to_none
 
 
 def copy_keys(project: Project, cases: pd.DataFrame) -> list[list[str]]:
@@ -97,11 +97,12 @@ def derive_missing(
     pieces: list[RowBatches] = [RowBatches(DERIVED_CASES_SCHEMA) for _ in transforms]
     made_at: list[list[int]] = [[] for _ in transforms]
     problems: list[list[str]] = [[] for _ in transforms]
+    source_rows = arrow_columns(sources, CASES_SCHEMA)  # the frame's own columns, not copied
     for start in range(0, len(missing), MODELS_AT_ONCE):
         positions = missing[start : start + MODELS_AT_ONCE]
         # Values and copies make no reference cycle: the collector waits for the slice's end.
         with collection_paused():
-            for position, source in zip(positions, rows_from_frame(sources.iloc[positions][CASES_SCHEMA.names])):
+            for position, source in zip(positions, rows_at(source_rows, positions)):
                 reads = SourceReads(source)
                 for index, transform in enumerate(transforms):
                     if keys[index][position] in stored_at:
@@ -122,6 +123,15 @@ def derive_missing(
         rows.frame().assign(source_position=pd.Series(at, dtype="int64")) if at else None
         for rows, at in zip(pieces, made_at)
     ]
+
+
+def rows_at(table: pa.Table, positions: list[int]) -> list[dict[str, Any]]:
+    """The rows at `positions` (ascending) as plain values: consecutive ones (every source of a
+    first run) a slice of the table, no copy; others taken (a take from a column of many
+    chunks costs about as much as the rows' values themselves)."""
+    if positions and positions[-1] - positions[0] == len(positions) - 1:
+        return table.slice(positions[0], len(positions)).to_pylist()
+    return table.take(positions).to_pylist()
 
 
 class SourceReads:

@@ -114,7 +114,7 @@ class WritesParquet(Protocol):
 FRAME_GROUP_ROWS = 1024
 
 
-def write_table_file(path: Path, frame: pd.DataFrame | WritesParquet) -> None:
+def write_table_file(path: Path, frame: pd.DataFrame | pa.Table | WritesParquet) -> None:
     """Write next to the target and rename, so a reader never sees half a file; the name is
     the writer's own, as two runs of one version may write the same table at once."""
     partial = path.with_name(f"{path.name}.{uuid.uuid4().hex}.partial")
@@ -122,6 +122,8 @@ def write_table_file(path: Path, frame: pd.DataFrame | WritesParquet) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         if isinstance(frame, pd.DataFrame):
             frame.to_parquet(partial, index=False, row_group_size=FRAME_GROUP_ROWS)
+        elif isinstance(frame, pa.Table):
+            pq.write_table(frame, partial, row_group_size=FRAME_GROUP_ROWS)
         else:
             frame.write_parquet(partial)
         partial.rename(path)
