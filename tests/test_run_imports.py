@@ -46,7 +46,7 @@ write_table_file(table_path(root, "notes"), pd.DataFrame({{"case_id": ["a", "b"]
 write_table_file(case_lines_path(root), pd.DataFrame({{"line_key": ["k"], "case_id": ["a"], "declares_group": [False], "declares_state": [False], "checked_with": ["c"]}}))
 assert list(read_table_file(table_path(root, "notes"))["case_id"]) == ["a", "b"]
 assert list(StoredTable.at(root, "notes").columns("case_id")["case_id"]) == ["a", "b"]
-assert LinesCheckedBefore.read(root, "c").facts[0].case_id == "a"
+assert LinesCheckedBefore.read(root, "c").case_ids[0] == "a"
 """
     loaded = modules_after(statement)
     assert "pyarrow.parquet" in loaded and "pyarrow.dataset" not in loaded
