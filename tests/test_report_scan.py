@@ -18,6 +18,7 @@ from oloproof_pipeline.project import load_project
 from oloproof_pipeline.read import streamed
 from oloproof_pipeline.store.arrow_bytes import TableBytes
 from oloproof_pipeline.read.report_scan import ReportScan, ReportTables, count_runs
+from oloproof_pipeline.read.results import outcome_counts, stored_outcome_counts
 from oloproof_pipeline.read.spend import version_spend
 from oloproof_pipeline.read.streamed import StreamedTable
 from oloproof_pipeline.read.report_view import PANEL_CASE_FIELDS, PANEL_RUN_FIELDS, PANEL_RUN_LINK_FIELDS, PANEL_VERDICT_SHOWN, REPORT_REPLAY_FIELDS
@@ -31,6 +32,8 @@ from oloproof_pipeline.read.reports import (
 from oloproof_pipeline.store.layout import read_table, table_path
 from oloproof_pipeline.store.reuse import stored_tables
 from oloproof_pipeline.store.stored import StoredTable
+
+from helpers import watch_reads
 
 VERSION = "1.0.0"
 # Each stored table the report reads, and the columns its inputs digest stands on.
@@ -281,3 +284,20 @@ def test_an_empty_table_digests_apart_from_a_missing_one_and_scans_to_nothing():
     tables.verdicts = table
     scan = ReportScan.of(tables)
     assert scan.run_ids(["a", "b"]) == [(), ()] and len(set(scan.panel_keys(["a", "b"]))) == 2
+
+
+def test_a_runs_outcome_counts_read_the_verdicts_a_row_group_at_a_time_and_count_as_the_whole_table(tmp_path, monkeypatch):
+    """The run's summary counts the stored verdicts per criterion a row group at a time (never
+    the whole columns): the same counts, criteria in the order they first appear, a criterion
+    first met in a later group included."""
+    criteria = ["b"] * 4 + ["a"] * 3 + ["b", "c", "a", "c", "b"]
+    outcomes = ["PASS", "FAIL", "EXCLUDED", "MISSING", "PASS", "PASS", "FAIL", "FAIL", "PASS", "EXCLUDED", "MISSING", "PASS"]
+    frame = pd.DataFrame({"case_id": [f"c{n}" for n in range(len(criteria))], "criterion": criteria, "outcome": outcomes})
+    path = tmp_path / "verdicts.parquet"
+    pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), path, row_group_size=3)
+    stored = StoredTable(path)
+    read_whole, groups_read = watch_reads(monkeypatch, lambda table: table is stored)
+    counted = stored_outcome_counts(stored)
+    assert counted == outcome_counts(frame) and list(counted) == ["b", "a", "c"]
+    assert counted["c"] == {"PASS": 1, "FAIL": 0, "MISSING": 1, "EXCLUDED": 0}
+    assert read_whole == [] and groups_read == [0, 1, 2, 3]

@@ -17,7 +17,7 @@ from ..model.outcomes import ALLOW, EXIT_ALLOW, EXIT_INCOMPLETE, EXIT_MEANINGS, 
 from ..read.document import StoredGate, gate_document, stored_gate
 from ..decide.formatting import rule_cells
 from ..read.reports import flagged_buckets, stored_trials
-from ..read.results import outcome_counts
+from ..read.results import stored_outcome_counts
 from ..read.violations import violation_summary
 from ..store.layout import read_table
 from ..store.stored import StoredTable
@@ -102,14 +102,14 @@ def show_violations(project_dir: Path, version: str) -> None:
 
 def show_outcome_counts(project_dir: Path, version: str) -> None:
     """With no rules to decide, the verdict counts per criterion are still worth seeing."""
-    verdicts = read_table(project_dir.resolve(), "verdicts", version)
-    if verdicts is None or verdicts.empty:
+    verdicts = StoredTable.at(project_dir.resolve(), "verdicts", partition=version).readable("its counts are not shown")
+    if not verdicts.exists or not len(verdicts):
         return
     table = compact_table(f"Verdicts for version {version}")
     table.add_column("criterion")
     for column in OUTCOMES:
         table.add_column(column, no_wrap=True)
-    for criterion, counts in outcome_counts(verdicts).items():
+    for criterion, counts in stored_outcome_counts(verdicts).items():
         table.add_row(Folded(criterion), *(str(counts[outcome]) for outcome in OUTCOMES))
     console.print(table)
 

@@ -13,7 +13,7 @@ from ..store.layout import read_table
 from ..store.stored import StoredTable
 from ..store.tables import GATE_NESTED, rows_from_frame
 from .reports import report_path, stored_trials
-from .results import outcome_counts
+from .results import stored_outcome_counts
 from .spend import SPEND_COLUMNS, VersionSpend, version_spend
 
 
@@ -102,7 +102,7 @@ class RunSummary:
 
     def counts(self) -> dict[str, Any]:
         stored = StoredTable.at(self.project_root, "verdicts", partition=self.version)
-        verdicts = outcome_counts(stored.columns("criterion", "outcome")) if stored.exists else {}
+        verdicts = stored_outcome_counts(stored) if stored.exists else {}
         return {
             "cases_recorded": self._value("recorded_runs", "cases_new"),
             "cases_reused": self._value("recorded_runs", "cases_reused"),

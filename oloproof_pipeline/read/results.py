@@ -11,6 +11,7 @@ import pandas as pd
 from ..model.errors import ProjectError
 from ..model.outcomes import OUTCOMES
 from ..store.layout import read_table, stored_partitions
+from ..store.stored import StoredTable
 from ..store.tables import (
     CASE_NESTED,
     CASES_SCHEMA,
@@ -213,6 +214,19 @@ def outcome_counts(verdicts: pd.DataFrame) -> dict[str, dict[str, int]]:
     for (criterion, outcome), size in sizes.items():
         counts.setdefault(None if pd.isna(criterion) else criterion, {})[outcome] = int(size)
     return {criterion: {outcome: tally.get(outcome, 0) for outcome in OUTCOMES} for criterion, tally in counts.items()}
+
+
+def stored_outcome_counts(verdicts: StoredTable) -> dict[str, dict[str, int]]:
+    """`outcome_counts` of a stored verdicts table, read a row group at a time: a version of
+    100,000 source cases has 1.8 million verdicts, whose two columns alone are most of a
+    run's memory when held whole."""
+    counts: dict[str | None, dict[str, int]] = {}
+    for group in verdicts.row_groups().each(["criterion", "outcome"]):
+        for criterion, tally in outcome_counts(group.to_pandas()).items():
+            total = counts.setdefault(criterion, dict.fromkeys(OUTCOMES, 0))
+            for outcome, count in tally.items():
+                total[outcome] += count
+    return counts
 
 
 def replay_rows(fault_replays: pd.DataFrame | None) -> list[dict[str, Any]]:
