@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 from dagster import DagsterInstance
 
+from oloproof_pipeline.defs import io_manager, resources
 from oloproof_pipeline.defs.launch import run_evaluation
 from oloproof_pipeline.evaluators import state_matches
 from oloproof_pipeline.evaluators.state_matches import StateComparison, deepdiff_differences, differences
@@ -212,6 +213,9 @@ def test_a_launch_derives_each_copy_at_most_once_and_starts_one_worker_per_stage
     derived: list[str] = []  # each copy derived in this process, by id
     derive = copies.copy_row
     monkeypatch.setattr(copies, "copy_row", lambda *args, **kwargs: noted(derived, derive(*args, **kwargs)))
+    cases_read: list[str] = []  # the cases' table read whole in the run (derived_cases takes the launch's copies)
+    for module in (io_manager, resources):
+        monkeypatch.setattr(module, "read_table_file", lambda path, read=module.read_table_file: noted_read(cases_read, read, path))
     app = counted_desk / "app.py"
     app.write_text(app.read_text() + NOTE_PANDAS)
 
@@ -229,6 +233,13 @@ def test_a_launch_derives_each_copy_at_most_once_and_starts_one_worker_per_stage
     # One worker, so one import of the system, per stage that runs cases: the recordings' and the
     # replays' in the first run and in the one with a case added; none in the rerun between.
     assert len(imported) == 2 + 0 + 2
+    assert cases_read == []
+
+
+def noted_read(read_cases: list[str], read, path: Path) -> pd.DataFrame:
+    if path.name == "cases.parquet":
+        read_cases.append(str(path))
+    return read(path)
 
 
 def noted(derived: list[str], row):

@@ -12,7 +12,6 @@ from dagster import (
     AssetCheckResult,
     AssetCheckSeverity,
     AssetExecutionContext,
-    AssetIn,
     AssetKey,
     DynamicPartitionsDefinition,
     MetadataValue,
@@ -134,15 +133,13 @@ def build_assets(
     @asset(
         **conventions("derived_cases"),
         **common,
-        ins={"cases": AssetIn(key_prefix=prefix)},
+        deps=upstream("cases"),
         code_version=code_version["derived_cases"],
         description="One copy of each case per metamorphic transform, its pair digest, and whether "
         "people's labels kept it; per transform, whether the labels check it.",
     )
-    def derived_cases(
-        context: AssetExecutionContext, evaluation_project: EvaluationProject, cases: pd.DataFrame
-    ) -> pd.DataFrame:
-        copies = evaluation_project.copies(cases)
+    def derived_cases(context: AssetExecutionContext, evaluation_project: EvaluationProject) -> pd.DataFrame:
+        copies = evaluation_project.copies()  # the cases are read only where copies are derived here
         context.add_output_metadata(copies_metadata(copies.frame, transform_validity(copies.frame), copies.label_summaries))
         return copies.frame
 

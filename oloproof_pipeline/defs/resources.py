@@ -12,10 +12,10 @@ from dagster import Config, ConfigurableResource, InitResourceContext
 from pydantic import PrivateAttr
 
 from ..model.config import ExecutionConfig, Project
-from ..model.fingerprints import copies_inputs_digest
 from ..project import load_project
 from ..run.sandboxes import Sandboxes
 from ..store.case_lines import checked_case_table
+from ..store.layout import read_table_file, table_path
 from ..store.reuse import Copies, derived_copies
 from .instance import claim_instance
 
@@ -29,6 +29,8 @@ class Launched:
     project: Project
     cases: pd.DataFrame | None = None
     copies: Copies | None = None
+    # The run's `cases` step took `cases`: the table it stored is the one the copies were derived from.
+    cases_taken: bool = False
 
 
 # By run id (`loaded_for_run`): the run's assets use it instead of reading the files again.
@@ -71,18 +73,21 @@ class EvaluationProject(ConfigurableResource):
         """The cases' table: the launch's, else read from the files now."""
         if self._launched is not None and self._launched.cases is not None:
             cases, self._launched.cases = self._launched.cases, None
+            self._launched.cases_taken = True
             return cases
         return checked_case_table(self.load())
 
-    def copies(self, cases: pd.DataFrame) -> Copies:
-        """The copies of `cases`: the launch's when made from these very cases, else reused or
-        derived now (`derived_copies`)."""
+    def copies(self) -> Copies:
+        """The copies of the cases the `cases` step stored: the launch's when that step stored the
+        launch's cases (the copies were derived from those very cases), else reused or derived
+        now from the stored cases' table (`derived_copies`), read only then."""
         launched = None
         if self._launched is not None:
             launched, self._launched.copies = self._launched.copies, None
-        if launched is not None and launched.inputs_digest == copies_inputs_digest(self.load(), cases):
+        if launched is not None and self._launched.cases_taken:
             return launched
-        return derived_copies(self.load(), cases)
+        project = self.load()
+        return derived_copies(project, read_table_file(table_path(project.root, "cases")))
 
 
 class RecordingConfig(Config):
