@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Iterable
 
 import pandas as pd
 import pyarrow as pa
@@ -15,8 +15,6 @@ from pydantic import BaseModel
 from ..store.journal import Journal
 from ..store.stored import StoredTable
 from ..store.tables import frame_from_rows, null_to_none
-
-Row = dict[str, Any]
 
 
 # -- the stored table and its journal ------------------------------------------------------------
