@@ -90,3 +90,22 @@ def test_rows_bound_for_slots_are_written_a_band_at_a_time_in_slot_order():
     groups = [stored.row_groups().read(group, schema.names) for group in range(4)]
     assert [group.column("case_id").to_pylist() for group in groups] == [["c8", "c9"], ["c0", "c1", "c2", "c3"], ["c4", "c5", "c6", "c7"], ["c12"]]
     assert groups[0].schema.equals(schema) and bands.held == 0 and not left_behind()
+
+
+def test_a_band_is_cast_and_written_a_slice_at_a_time(monkeypatch):
+    """A band's text becomes plain values a slice of rows at a time (each slice a row group of
+    the file), never the whole band at once: every band of a small suite comes due together."""
+    monkeypatch.setattr("oloproof_pipeline.store.spill.SLICE_ROWS", 3)
+    schema = pa.schema([("case_id", pa.string())])
+    slots = np.array([6, 2, 0, 5, 1, 7, 3, 4])
+    bands = SpilledBands(schema, slots, rows_per_band=8)
+    for start in range(0, len(slots), 4):
+        at = slots[start : start + 4]
+        bands.add(pa.record_batch([pa.array([f"c{slot}" for slot in at]).dictionary_encode()], names=["case_id"]), at)
+    stored, slots_written = bands.rows()
+    assert list(slots_written) == list(range(8))
+    groups = stored.row_groups()
+    read = [groups.read(group, ["case_id"]) for group in range(len(groups.starts))]
+    assert [group.num_rows for group in read] == [3, 3, 2]
+    assert [value for group in read for value in group.column("case_id").to_pylist()] == [f"c{slot}" for slot in range(8)]
+    assert all(group.schema.equals(schema) for group in read)

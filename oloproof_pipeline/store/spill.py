@@ -84,6 +84,10 @@ class SpilledRowBatches(RowBatches):
         return rows if isinstance(rows, pa.Table) else pa.Table.from_pandas(rows.whole(), preserve_index=False)
 
 
+# Rows of a band cast and written at a time (a row group of the file each).
+SLICE_ROWS = 2048
+
+
 class SpilledBands:
     """Rows bound for known slots of a table, arriving in any order, written to a file of their
     own a band of slots at a time: a band's rows (`rows_per_band` slots, a row group of the
@@ -119,12 +123,18 @@ class SpilledBands:
                 self._write(band)
 
     def _write(self, band: int) -> None:
+        """The band's rows in slot order, cast to the table's types a slice at a time (each
+        slice a row group of the file): a band's text as plain values is several times its
+        dictionaries, and every band of a small suite comes due at its last chunk."""
         pieces = self._held.pop(band)
         slots = np.concatenate([slots for _, slots in pieces])
         order = np.argsort(slots, kind="stable")
-        rows = pa.Table.from_batches([rows for rows, _ in pieces]).combine_chunks().take(pa.array(order))
-        for batch in rows.cast(self.schema).combine_chunks().to_batches():
-            self._spilled.write(batch)
+        rows = pa.Table.from_batches([rows for rows, _ in pieces]).combine_chunks()
+        del pieces  # the batches held: the joined rows hold the band now
+        for start in range(0, len(order), SLICE_ROWS):
+            taken = rows.take(pa.array(order[start : start + SLICE_ROWS])).cast(self.schema)
+            for batch in taken.combine_chunks().to_batches():
+                self._spilled.write(batch)
         self._written.append(slots[order])
 
     def rows(self) -> tuple[StoredTable | pa.Table, np.ndarray]:
