@@ -81,8 +81,8 @@ def show_ungated(project_dir: Path, version: str, *, ungated: bool) -> None:
 
 def show_violations(project_dir: Path, version: str) -> None:
     """The flaws the graders caught, by criterion and rule, with a few cases named."""
-    # Only a FAIL carries violations: read those rows, not every verdict, and of them only
-    # what the summary names (not the reasons and evidence of each).
+    # Only a FAIL carries violations: read those rows, not every verdict, a row group at a
+    # time, and of them only what the summary names (not the reasons and evidence of each).
     fails = StoredTable.at(project_dir.resolve(), "verdicts", partition=version).rows_where(
         "outcome", FAIL, VERDICT_NESTED, names=("case_id", "criterion", "outcome", "details")
     )

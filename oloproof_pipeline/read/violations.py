@@ -8,7 +8,7 @@ inspect` shows beside each call; a scripted event's `at_step` counts the same wa
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable
 
 from ..model.outcomes import FAIL
 from ..model.violations import VIOLATION_FIELDS
@@ -59,9 +59,10 @@ def case_violations(verdicts: list[dict[str, Any]], recording: dict[str, Any] | 
     return found
 
 
-def violation_summary(verdicts: list[dict[str, Any]], examples: int = 3) -> list[dict[str, Any]]:
+def violation_summary(verdicts: Iterable[dict[str, Any]], examples: int = 3) -> list[dict[str, Any]]:
     """Per criterion with violations: how many cases and violations, and the first few named
-    (`case: step N tool record`), in the order criteria first appear."""
+    (`case: step N tool record`), in the order criteria first appear; the verdicts taken one
+    at a time, as they are read."""
     summary: dict[str, dict[str, Any]] = {}
     for verdict in verdicts:
         found = verdict_violations(verdict)
