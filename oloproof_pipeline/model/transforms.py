@@ -14,7 +14,7 @@ import copy
 import pickle
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import Any, Literal, NamedTuple, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
@@ -292,12 +292,20 @@ class ValidityLabel(BaseModel):
     kept: StrictBool
 
 
+class LabelSaid(NamedTuple):
+    """What one label line says of the copy it names: a tuple, not the line's model (a label
+    file of 100,000 lines held as models cost a launch 70 MiB)."""
+
+    digest: str
+    kept: bool
+
+
 @dataclass
 class LabelFile:
     """A transform's labels by copy id, and the lines that named no copy of the transform."""
 
     path: Path | None
-    by_case: dict[str, list[ValidityLabel]] = field(default_factory=dict)
+    by_case: dict[str, list[LabelSaid]] = field(default_factory=dict)
     lines: int = 0
     unmatched: int = 0
 
@@ -323,7 +331,7 @@ def load_labels(project: Project, transform: TransformConfig, place: object = No
             problems.extend(describe_validation_error(error, path, line=line_number))
             continue
         labels.lines += 1
-        labels.by_case.setdefault(label.case, []).append(label)
+        labels.by_case.setdefault(label.case, []).append(LabelSaid(label.digest, label.kept))
     if problems:
         raise ProjectError(problems)
     return labels

@@ -29,6 +29,7 @@ from ..model.errors import ProjectError, format_location
 from ..model.transforms import (
     DerivedCaseRecord,
     LabelFile,
+    LabelSaid,
     TransformProblem,
     ValidityLabel,
     derive_copy,
@@ -71,7 +72,7 @@ class TransformPairs:
     def source_text(self, derived: DerivedCaseRecord) -> Any:
         return field_text(self.transform, self.sources[derived.source_id])
 
-    def current_labels(self, derived: DerivedCaseRecord) -> list[ValidityLabel]:
+    def current_labels(self, derived: DerivedCaseRecord) -> list[LabelSaid]:
         return [label for label in self.labels.by_case.get(derived.case_id, []) if label.digest == derived.pair_digest]
 
 
