@@ -24,7 +24,8 @@ re-keyed with the current pair digests so both transforms stay checked), then ru
 - rerun launched anyway (`--launch`): a Dagster run in which every stage reuses what it stored;
 - add one case: exactly that case, its two copies and its replay recorded;
 - evaluator changed: one criterion re-judged, the system not called;
-- the peak RSS of each run (the process's own accounting, from `os.wait4`);
+- the peak RSS of each run (the process's own accounting, from `os.wait4` in a small launcher
+  process: a child started by this one would start from its peak);
 - the raw loop: the desk called directly over every case, copy and replay, with no pipeline
   (the floor any pipeline pays).
 
@@ -245,10 +246,10 @@ class Timed:
 
 
 def tree_rss_bytes(pid: int) -> int:
-    """The resident memory of `pid` and every descendant now (0 for one that just ended)."""
+    """The resident memory of `pid`'s descendants now (0 for one that just ended): `pid` is
+    the launcher (below), not counted."""
     try:
-        root = psutil.Process(pid)
-        processes = [root, *root.children(recursive=True)]
+        processes = psutil.Process(pid).children(recursive=True)
     except psutil.Error:
         return 0
     total = 0
@@ -262,14 +263,27 @@ def tree_rss_bytes(pid: int) -> int:
 # compiles Oloproof's; this checkout's is compiled once by `main`), whatever this shell says.
 INSTALLED_ENVIRONMENT = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
 
+# A child's peak RSS as the kernel counts it (ru_maxrss) starts from its parent's own peak:
+# the child shares the parent's memory until it execs (vfork). This process holds what it
+# generated (a 100,000-case suite: its peak is above a rerun's whole run). So each command
+# runs under a launcher, a small interpreter whose own peak is the command's floor, which
+# reports the command's ru_maxrss (KiB) to the file named first and exits with its code.
+LAUNCHER = """import os, sys
+pid = os.posix_spawnp(sys.argv[2], sys.argv[2:], os.environ)
+_, status, usage = os.wait4(pid, 0)
+with open(sys.argv[1], "w") as peak:
+    peak.write(str(usage.ru_maxrss))
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
 
 def timed(command: list[str], cwd: Path | None = None, env: dict[str, str] | None = None) -> Timed:
-    """Wall time, the process's own peak RSS (from the kernel's rusage of that child) and the
-    process tree's peak RSS (sampled every 10 ms from a thread)."""
+    """Wall time, the command's own peak RSS (the kernel's rusage of it, from the launcher)
+    and the process tree's peak RSS (sampled every 10 ms from a thread)."""
     started = time.perf_counter()
-    with tempfile.TemporaryFile() as out:
-        process = subprocess.Popen(command, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
-                                   env={**INSTALLED_ENVIRONMENT, **(env or {})})
+    with tempfile.TemporaryFile() as out, tempfile.NamedTemporaryFile("r") as peak_file:
+        process = subprocess.Popen([sys.executable, "-c", LAUNCHER, peak_file.name, *command], cwd=cwd, stdout=out,
+                                   stderr=subprocess.STDOUT, env={**INSTALLED_ENVIRONMENT, **(env or {})})
         peak, done = [0], threading.Event()
 
         def sample() -> None:
@@ -278,14 +292,13 @@ def timed(command: list[str], cwd: Path | None = None, env: dict[str, str] | Non
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
-        _, status, usage = os.wait4(process.pid, 0)
+        process.wait()
         seconds = time.perf_counter() - started
         done.set()
         sampler.join()
-        process.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         text = out.read().decode("utf-8", "replace")
-    own = usage.ru_maxrss / 1024
+        own = int(peak_file.read() or 0) / 1024
     return Timed(seconds, own, process.returncode, text, tree_peak_mib=max(peak[0] / 2**20, own))
 
 
