@@ -25,11 +25,13 @@ from oloproof_pipeline.model.cases import load_cases
 from oloproof_pipeline.project import load_project
 from oloproof_pipeline.run.recording import record_case_rows
 from oloproof_pipeline.store import copies
+from oloproof_pipeline.store.case_lines import checked_case_table
 from oloproof_pipeline.store.layout import reports_dir, table_path, write_table_file
+from oloproof_pipeline.store.reuse import COPY_WHOLE_COLUMNS, derived_copies
 from oloproof_pipeline.store.stored import StoredTable
 from oloproof_pipeline.store.tables import case_table, derived_case_table
 
-from helpers import oloproof
+from helpers import oloproof, watch_reads
 from test_day_thirty import COUNT_CALLS, NEW_CASE, calls, latest
 
 CRITERIA = 6  # the refund desk's evaluators
@@ -65,6 +67,19 @@ def verdicts_table(root: Path) -> pd.DataFrame:
     return pd.read_parquet(table_path(root, "verdicts", "1.0.0"))
 
 
+def test_a_launch_whose_cases_did_not_change_reads_of_the_stored_copies_only_their_digests_and_counted_columns(evaluated_example, monkeypatch):
+    """The copies' texts stay in their file (240 MiB at 100,000 source cases): the derived_cases
+    step keeps the file as it is."""
+    project = load_project(evaluated_example[0])
+    cases = checked_case_table(project)
+    read_whole, groups_read = watch_reads(monkeypatch, lambda table: True)
+    copies = derived_copies(project, cases)
+    assert copies.label_summaries is None  # reused, not derived
+    assert set(read_whole) == {"inputs_digest", *COPY_WHOLE_COLUMNS} and groups_read == []
+    assert not {"input", "expected", "initial_state"} & set(COPY_WHOLE_COLUMNS)
+    assert copies.table.kept_at(table_path(project.root, "derived_cases"))
+
+
 def test_a_rerun_with_nothing_changed_records_and_judges_nothing(counted_desk, instance):
     first = evaluate(counted_desk, instance)
     called = calls(counted_desk)
@@ -88,7 +103,7 @@ def test_a_rerun_with_nothing_changed_records_and_judges_nothing(counted_desk, i
 
 def test_a_table_a_rerun_reused_whole_is_kept_as_it_is_marked_written_again(counted_desk, instance):
     evaluate(counted_desk, instance)
-    paths = [table_path(counted_desk, name, "1.0.0") for name in ("recorded_runs", "verdicts")]
+    paths = [table_path(counted_desk, name, "1.0.0") for name in ("recorded_runs", "verdicts")] + [table_path(counted_desk, "derived_cases")]
     before = [(path.stat().st_ino, path.read_bytes(), path.stat().st_mtime_ns) for path in paths]
     for path in paths:  # a journal is read only when newer than its table: the rerun's mark shows
         os.utime(path, ns=(1, 1))

@@ -184,7 +184,7 @@ def test_the_launch_makes_each_copy_from_stored_texts_exactly_as_a_derivation_fr
     lines[0] = json.dumps({**first, "metadata": {"région": "Zürich", "tier": 2}}, ensure_ascii=False)
     data.write_text("\n".join(lines) + "\n", encoding="utf-8")
     project = load_project(root)
-    launched = derived_copies(project, checked_case_table(project)).frame.drop(columns=["inputs_digest", "copy_key"])
+    launched = derived_copies(project, checked_case_table(project)).table.frame().drop(columns=["inputs_digest", "copy_key"])
     modelled = derived_case_table(derive_cases(project, load_cases(project)).copies).drop(columns=["inputs_digest", "copy_key"])
     assert sorted(launched["case_id"]) == [
         "careful-1~note_injection", "careful-1~shout", "gullible-1~note_injection", "gullible-1~shout", "no-note~shout",

@@ -28,7 +28,7 @@ from ..model.outcomes import (
 from ..model.fingerprints import frame_digest
 from ..model.trials import split_trial_metric
 from ..store.stored import StoredTable
-from ..store.tables import GATE_NESTED, GATE_SCHEMA, models_to_frame, null_to_none, rows_from_frame
+from ..store.tables import GATE_NESTED, GATE_SCHEMA, VALIDITY_COLUMNS, models_to_frame, null_to_none, rows_from_frame
 from .formatting import RULE_COLUMNS, format_bar, format_bound_against_bar, rule_cells
 from .statistics import BlockingReason, RateEstimate, rate_from_outcomes
 from .trials import TRIAL_VERDICT_COLUMNS, all_trials, trial_rate
@@ -289,10 +289,9 @@ def gate_table(gate: GateDecision, *, version: str, judged_by_run: str, inputs_d
 
 # -- reuse ---------------------------------------------------------------------------------
 
-# What the gate reads of each verdict, and of each metamorphic copy (its transform's validity).
+# What the gate reads of each verdict (and of each metamorphic copy, `VALIDITY_COLUMNS`).
 GATED_VERDICT_COLUMNS = ["criterion", "group_id", "outcome", "reason"]
 GATED_TRIAL_COLUMNS = ["case_id", "trial", *GATED_VERDICT_COLUMNS]
-VALIDITY_COLUMNS = ["transform", "transform_digest", "label_status", "stale_labels", "minimum_validity"]
 
 
 def gate_inputs_digest(
@@ -302,7 +301,7 @@ def gate_inputs_digest(
     copies' label status, the release policy and the relations' transforms (and the later
     trials' verdicts, when there are any). Stored verdicts are digested a row group at a time."""
     relations = {rule.metric: relation_transform(project, split_trial_metric(rule.metric)[1]) for rule in project.release.rules}
-    validity = frame_digest("validity/v1", None if derived_cases is None else derived_cases[VALIDITY_COLUMNS], producer="decisions")
+    validity = frame_digest("validity/v1", None if derived_cases is None else derived_cases[list(VALIDITY_COLUMNS)], producer="decisions")
     settings = {"release": project.release.model_dump(mode="json"), "relations": relations, "validity": validity}
     if trial_verdicts is not None:
         settings["trials"] = frame_digest("trials/v1", trial_verdicts[GATED_TRIAL_COLUMNS], producer="decisions")

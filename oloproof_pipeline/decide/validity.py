@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict
 from ..model.outcomes import INSUFFICIENT_EVIDENCE
 from ..evaluators.metamorphic_relation import MetamorphicRelation
 from ..model.config import Project
-from ..store.tables import rows_from_frame
+from ..store.tables import VALIDITY_COLUMNS, rows_from_frame
 from .formatting import format_bar, format_bound_against_bar
 from .statistics import BlockingReason, clopper_pearson
 
@@ -52,9 +52,6 @@ class TransformValidity(BaseModel):
             f"minimum_validity {format_bar(self.minimum_validity)}"
         )
 
-
-# The columns of `derived_cases` a transform's validity is read from.
-VALIDITY_COLUMNS = ("transform", "transform_digest", "label_status", "stale_labels", "minimum_validity")
 
 
 def transform_validity(derived_cases: pd.DataFrame | None) -> dict[str, TransformValidity]:

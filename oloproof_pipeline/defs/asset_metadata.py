@@ -15,6 +15,7 @@ from ..decide.version_gate import VersionGate
 from ..model.config import Project
 from ..read.results import outcome_counts
 from ..store import tables
+from ..store.assembly import AssembledTable
 from ..store.reuse import Reuse
 from ..store.tables import model_usage_totals, rows_from_frame
 from .metadata import outcomes_table, rule_numbers, rules_summary, value_counts
@@ -43,11 +44,11 @@ def trials_metadata(trials: list[CriterionTrials]) -> dict:
     }
 
 
-def copies_metadata(frame: pd.DataFrame, validity: dict[str, TransformValidity], label_summaries: list | None) -> dict:
+def copies_metadata(table: AssembledTable, validity: dict[str, TransformValidity], label_summaries: list | None) -> dict:
     """`label_summaries` is None when the stored copies were reused."""
     labels = {} if label_summaries is None else {"labels": MetadataValue.json([summary.model_dump() for summary in label_summaries])}
     return {
-        "dagster/row_count": len(frame),
+        "dagster/row_count": len(table),
         "copies_reused": not labels,
         "validity": MetadataValue.md(validity_markdown(validity)),
         "validity_by_transform": MetadataValue.json({name: item.model_dump() for name, item in validity.items()}),

@@ -138,10 +138,10 @@ def build_assets(
         description="One copy of each case per metamorphic transform, its pair digest, and whether "
         "people's labels kept it; per transform, whether the labels check it.",
     )
-    def derived_cases(context: AssetExecutionContext, evaluation_project: EvaluationProject) -> pd.DataFrame:
+    def derived_cases(context: AssetExecutionContext, evaluation_project: EvaluationProject) -> AssembledTable:
         copies = evaluation_project.copies()  # the cases are read only where copies are derived here
-        context.add_output_metadata(copies_metadata(copies.frame, transform_validity(copies.frame), copies.label_summaries))
-        return copies.frame
+        context.add_output_metadata(copies_metadata(copies.table, transform_validity(copies.table.whole), copies.label_summaries))
+        return copies.table
 
     @asset(
         **conventions("recorded_runs"),

@@ -8,12 +8,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
 
 from ..model.config import Project
 from ..model.fingerprints import copies_inputs_digest
 from ..model.transforms import LabelSummary
+from .assembly import AssembledTable
 from .copies import kept_or_derived
 from .stored import StoredTable
+from .tables import DERIVED_CASES_SCHEMA, VALIDITY_COLUMNS
 
 # The per-version tables the stages read back from storage (by column, see `StoredTable`).
 PER_VERSION_TABLES = ("recorded_runs", "fault_replays", "verdicts", "slices", "gate", "trial_runs", "trial_verdicts")
@@ -53,25 +56,50 @@ def reuse_if_digest(stored: pd.DataFrame | None, inputs_digest: str) -> pd.DataF
 @dataclass(frozen=True)
 class Copies:
     """The cases' metamorphic copies as a table, the digest of what they were made from, and
-    the labels' summaries when they were derived now (None: the stored table was reused)."""
+    the labels' summaries when they were derived now (None: the stored table was reused). The
+    table holds whole only the columns its metadata counts (`COPY_WHOLE_COLUMNS`); reused, its
+    rows stay in the stored file, which is kept as it is: at 100,000 source cases reading it
+    whole cost every launch whose cases had not changed 240 MiB."""
 
-    frame: pd.DataFrame
+    table: AssembledTable
     inputs_digest: str
     label_summaries: list[LabelSummary] | None = None
 
 
+# The copies' columns held whole: those transform validity counts, and those not text (an
+# assembled table leaves only text in its sources).
+COPY_WHOLE_COLUMNS = tuple(
+    column.name for column in DERIVED_CASES_SCHEMA if column.name in VALIDITY_COLUMNS or not pa.types.is_string(column.type)
+)
+
+
 def derived_copies(project: Project, cases: pd.DataFrame) -> Copies:
     """The copies of `cases` (the sources' table): the stored table when made from these
-    inputs; else each stored copy whose own key holds, the rest derived now, all labelled now
-    (store/copies.py; a bad transform or label file raises its `ProjectError`)."""
+    inputs (its digests read, not its rows); else each stored copy whose own key holds, the
+    rest derived now, all labelled now (store/copies.py; a bad transform or label file raises
+    its `ProjectError`)."""
     inputs_digest = copies_inputs_digest(project, cases)
-    stored = previous_at(project.root, "derived_cases", "copies derived")
-    frame = reuse_if_digest(stored, inputs_digest)
-    if frame is not None:
-        return Copies(frame, inputs_digest)
-    frame, summaries = kept_or_derived(project, cases, stored)
-    del stored
-    return Copies(frame.assign(inputs_digest=inputs_digest), inputs_digest, summaries)
+    stored = StoredTable.at(project.root, "derived_cases").readable("copies derived again")
+    if made_from(stored, inputs_digest):
+        return Copies(copies_table(stored), inputs_digest)
+    frame, summaries = kept_or_derived(project, cases, stored.whole() if stored.exists else None)
+    return Copies(copies_table(frame.assign(inputs_digest=inputs_digest)), inputs_digest, summaries)
+
+
+def copies_table(rows: StoredTable | pd.DataFrame) -> AssembledTable:
+    """The copies' table, each row in place."""
+    every = range(len(rows))
+    return AssembledTable(DERIVED_CASES_SCHEMA, [(rows, every, every)], COPY_WHOLE_COLUMNS)
+
+
+def made_from(stored: StoredTable, inputs_digest: str) -> bool:
+    """Whether the stored table has rows, every one made from `inputs_digest` (`reuse_if_digest`
+    on its digests alone)."""
+    if not stored.exists or "inputs_digest" not in stored.names or len(stored) == 0:
+        return False
+    digests = stored.columns("inputs_digest")["inputs_digest"]
+    stored.forget()
+    return bool((digests == inputs_digest).all())
 
 
 @dataclass(frozen=True)

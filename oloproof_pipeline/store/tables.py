@@ -91,6 +91,8 @@ CASES_SCHEMA = model_schema(CaseRecord)
 # holds, a rerun reuses them as they are. While its `copy_key` holds (its source's row, its
 # transform, the code: store/copies.py) a copy is kept when other cases changed.
 DERIVED_CASES_SCHEMA = model_schema(DerivedCaseRecord, pa.field("inputs_digest", TEXT), pa.field("copy_key", TEXT))
+# The columns of `derived_cases` a transform's validity is read from (decide/validity.py).
+VALIDITY_COLUMNS = ("transform", "transform_digest", "label_status", "stale_labels", "minimum_validity")
 # Exploratory rates per slice bucket and criterion; never gated.
 SLICES_SCHEMA = pa.schema(
     [
