@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -53,3 +54,9 @@ def test_the_violations_summary_takes_the_fails_as_they_are_read(tmp_path):
         "criterion": "trace", "rules": ["no_double_refund"], "cases": 5, "violations": 5,
         "examples": ["c0: step 0", "c1: step 1", "c2: step 2"],
     }]
+
+
+def test_a_table_not_stored_yet_or_held_in_memory_gives_its_matching_rows_alike(tmp_path):
+    assert list(StoredTable.at(tmp_path, "verdicts", partition="1.0.0").rows_where("outcome", "FAIL", ["details"])) == []
+    held = StoredTable.of(pd.DataFrame({"case_id": ["a", "b", "c"], "outcome": ["FAIL", "PASS", None]}))
+    assert list(held.rows_where("outcome", "FAIL")) == [{"case_id": "a", "outcome": "FAIL"}]

@@ -337,8 +337,8 @@ class StoredTable:
         groups = self.row_groups()
         for group in range(len(groups.starts)):
             keyed = groups.read(group, [column])
-            if column not in keyed.column_names:
-                continue
+            if column not in keyed.column_names or pa.types.is_null(keyed.schema.field(column).type):
+                continue  # no such column (a table not stored yet reads as nulls): no row matches
             matches = pc.equal(keyed.column(column), pa.scalar(value, keyed.schema.field(column).type))
             if not pc.any(matches).as_py():
                 continue
