@@ -46,11 +46,14 @@ def previous_at(project_root: Path, table: str, what: str) -> pd.DataFrame | Non
     return previous(StoredTable.at(project_root, table), what)
 
 
-def reuse_if_digest(stored: pd.DataFrame | None, inputs_digest: str) -> pd.DataFrame | None:
-    """The stored table when every row of it was made from these inputs (None: make it again)."""
-    if stored is None or "inputs_digest" not in stored.columns or len(stored) == 0:
-        return None
-    return stored if (stored["inputs_digest"] == inputs_digest).all() else None
+def made_from(stored: StoredTable, inputs_digest: str) -> bool:
+    """Whether the stored table has rows and every one was made from these inputs (its
+    digests read alone): reused, else made again."""
+    if not stored.exists or "inputs_digest" not in stored.names or len(stored) == 0:
+        return False
+    digests = stored.columns("inputs_digest")["inputs_digest"]
+    stored.forget()
+    return bool((digests == inputs_digest).all())
 
 
 @dataclass(frozen=True)
@@ -92,16 +95,6 @@ def copies_table(rows: StoredTable | pd.DataFrame) -> AssembledTable:
     return AssembledTable(DERIVED_CASES_SCHEMA, [(rows, every, every)], COPY_WHOLE_COLUMNS)
 
 
-def made_from(stored: StoredTable, inputs_digest: str) -> bool:
-    """Whether the stored table has rows, every one made from `inputs_digest` (`reuse_if_digest`
-    on its digests alone)."""
-    if not stored.exists or "inputs_digest" not in stored.names or len(stored) == 0:
-        return False
-    digests = stored.columns("inputs_digest")["inputs_digest"]
-    stored.forget()
-    return bool((digests == inputs_digest).all())
-
-
 @dataclass(frozen=True)
 class Reuse:
     """A stage's stored table when made from the same inputs (`frame`), else None and why it
@@ -118,8 +111,7 @@ class Reuse:
 def stored_if_digest(stored: StoredTable, inputs_digest: str, *, table: str, made: str, again_because: str) -> Reuse:
     """The stored table when every row was made from `inputs_digest`, else why it is made:
     `<made>: first <table> of this version` or `<made> again: <again_because>`."""
-    before = previous(stored, made)
-    frame = reuse_if_digest(before, inputs_digest)
-    if frame is not None:
-        return Reuse(frame)
-    return Reuse(None, [f"{made}: first {table} of this version" if before is None else f"{made} again: {again_because}"])
+    stored = stored.readable(f"{made} again")
+    if made_from(stored, inputs_digest):
+        return Reuse(stored.whole())
+    return Reuse(None, [f"{made}: first {table} of this version" if not stored.exists else f"{made} again: {again_because}"])
