@@ -53,7 +53,6 @@ class TransformValidity(BaseModel):
         )
 
 
-
 def transform_validity(derived_cases: pd.DataFrame | None) -> dict[str, TransformValidity]:
     """Per transform, from the `derived_cases` table alone. Unlabelled pairs count as not kept."""
     by_transform: dict[str, list[dict[str, Any]]] = defaultdict(list)
