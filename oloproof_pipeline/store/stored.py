@@ -333,7 +333,8 @@ class StoredTable:
         row group at a time, `column` first and the rest of only the matching rows. The FAILs
         of a large table are many (a quarter of a million at 100,000 source cases): never all
         held, let alone parsed, at once."""
-        names = None if names is None else list(names)
+        named = None if names is None else set(names)
+        wanted = [name for name in self.names if named is None or name in named]  # the table's order
         groups = self.row_groups()
         for group in range(len(groups.starts)):
             keyed = groups.read(group, [column])
@@ -342,7 +343,6 @@ class StoredTable:
             matches = pc.equal(keyed.column(column), pa.scalar(value, keyed.schema.field(column).type))
             if not pc.any(matches).as_py():
                 continue
-            wanted = self.names if names is None else [name for name in self.names if name in names]
             matching = groups.read(group, wanted).filter(matches)
             yield from rows_from_frame(matching.to_pandas(), [name for name in nested if name in matching.column_names])
 
