@@ -38,7 +38,8 @@ class AssembledTable:
     """The table whose row at each slot is `parts[i]`'s row at a position, as `rows_in_order`
     makes it, with the text columns not in `whole` left in their sources until written.
     `whole` is those columns assembled (pandas, as the table's frame would hold them): what
-    a stage's metadata reads."""
+    a stage's metadata reads. `column_values` sets columns' values in slot order; one not in
+    `whole` is held whole as given, never read from the sources."""
 
     def __init__(
         self, schema: pa.Schema, parts: list[tuple[Source, Any, Any]], whole: Sequence[str], *,
@@ -49,14 +50,19 @@ class AssembledTable:
         kept = [(source, np.asarray(positions, dtype=np.int64), np.asarray(slots, dtype=np.int64)) for source, positions, slots in parts]
         self._parts = [part for part in kept if len(part[1])]
         self.num_rows = int(sum(len(positions) for _, positions, _ in self._parts))
-        self.streamed = [field.name for field in schema if field.name not in whole]
+        given = column_values or {}
+        self.streamed = [field.name for field in schema if field.name not in whole and field.name not in given]
         if any(not pa.types.is_string(schema.field(name).type) for name in self.streamed):
             raise ValueError("only text columns are left in their sources")
         frames = [(_whole_columns(source, [name for name in schema.names if name in whole]), positions, slots) for source, positions, slots in self._parts]
         self.whole = rows_in_order(frames, pa.schema([field for field in schema if field.name in whole]))
         assembled = self.whole
-        for name, values in (column_values or {}).items():
-            self.whole = with_values(self.whole, name, values)
+        for name, values in given.items():
+            if name in whole:
+                self.whole = with_values(self.whole, name, values)
+            else:  # a column given whole: its sources' values are never read
+                column = pa.array(values, type=schema.field(name).type).to_pandas().set_axis(self.whole.index)
+                self.whole = self.whole.assign(**{name: column})
         # The one stored table this is, row for row (a rerun that reused every row in place):
         # written by copying its file.
         self._same_as: StoredTable | None = None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 
@@ -31,8 +32,16 @@ from ..model.transforms import (
     summarise_labels,
     transform_places,
 )
+from .assembly import AssembledTable
 from .decoding import MODELS_AT_ONCE, collection_paused
-from .tables import CASES_SCHEMA, DERIVED_CASES_SCHEMA, RowBatches, arrow_columns, derived_case_table, from_json_text, null_to_none
+from .stored import StoredTable
+from .tables import CASES_SCHEMA, DERIVED_CASES_SCHEMA, VALIDITY_COLUMNS, RowBatches, arrow_columns, from_json_text, null_to_none
+
+# The copies' columns held whole: those transform validity counts, and those not text (an
+# assembled table leaves only text in its sources).
+COPY_WHOLE_COLUMNS = tuple(
+    column.name for column in DERIVED_CASES_SCHEMA if column.name in VALIDITY_COLUMNS or not pa.types.is_string(column.type)
+)
 
 
 def copy_keys(project: Project, cases: pd.DataFrame) -> list[list[str]]:
@@ -48,45 +57,129 @@ def copy_keys(project: Project, cases: pd.DataFrame) -> list[list[str]]:
     ]
 
 
-def kept_or_derived(project: Project, sources: pd.DataFrame, stored: pd.DataFrame | None) -> tuple[pd.DataFrame, list[LabelSummary]]:
+def kept_or_derived(
+    project: Project, sources: pd.DataFrame, stored: StoredTable | None, inputs_digest: str
+) -> tuple[AssembledTable, list[LabelSummary]]:
     """The copies of `sources` (the cases' table, sources only), transform by transform and in
     source order: the stored copy where its key holds, else derived now; every copy labelled
-    from its transform's label file now. A transform that cannot change a source fails the
-    whole derivation with every such problem (a `ProjectError`), as `derive_cases` does."""
+    from its transform's label file now, all marked made from `inputs_digest`. Kept copies stay
+    in the stored file (their keys, ids and pair digests read, and the columns held whole),
+    so one case added to 100,000 does not read the copies whole. A transform that cannot change
+    a source fails the whole derivation with every such problem (a `ProjectError`), as
+    `derive_cases` does."""
     sources = sources.reset_index(drop=True)
     keys = copy_keys(project, sources)
-    stored_at = stored_positions(stored)
+    found = StoredCopies.of(stored)
     places = transform_places(project)
-    made = derive_missing(project, sources, keys, stored_at, places)
-    frames: list[pd.DataFrame] = []
-    summaries: list[LabelSummary] = []
+    made = derive_missing(project, sources, keys, found.row_of, places)
+    parts: list[tuple[Any, np.ndarray, np.ndarray]] = []
+    kept_rows: list[np.ndarray] = []
+    kept_slots: list[np.ndarray] = []
+    labelled = LabelColumns()
     for index, (transform, place, wanted) in enumerate(zip(project.config.metamorphic.transforms, places, keys)):
-        kept = [(position, stored_at[key]) for position, key in enumerate(wanted) if key in stored_at]
-        new, made[index] = made[index], None  # each transform's copies held once: in order, not also as made
-        labelled, summary = with_labels(project, transform, place, in_source_order(stored, kept, new), sources=len(sources))
-        del new
-        frames.append(labelled)
-        summaries.append(summary)
-    whole = pd.concat(frames, ignore_index=True) if frames else derived_case_table([])
-    del frames  # the whole table's rows are its own now
-    # Through the table's schema: kept and new rows come out with the same column types.
-    table = pa.Table.from_pandas(whole, schema=DERIVED_CASES_SCHEMA, preserve_index=False)
-    del whole
-    return table.to_pandas(), summaries
+        kept = [(position, found.row_of[key]) for position, key in enumerate(wanted) if key in found.row_of]
+        new, made[index] = made[index], None
+        rows = np.array([row for _, row in kept], dtype=np.int64)
+        slots = source_order_slots([position for position, _ in kept], new.positions, first=labelled.count)
+        kept_rows.append(rows)
+        kept_slots.append(slots[: len(kept)])
+        if new.positions:
+            parts.append((new.rows.rows(), np.arange(len(new.positions)), slots[len(kept) :]))
+        in_order = np.argsort(slots, kind="stable")
+        ids = [*found.case_ids(rows), *new.case_ids]
+        pairs = [*found.pair_digests(rows), *new.pair_digests]
+        labelled.add(
+            project, transform, place, [ids[at] for at in in_order], [pairs[at] for at in in_order], sources=len(sources)
+        )
+    if stored is not None and found.row_of:
+        parts.insert(0, (stored, np.concatenate(kept_rows), np.concatenate(kept_slots)))
+    column_values = {**labelled.columns(), "inputs_digest": [inputs_digest] * labelled.count}
+    return AssembledTable(DERIVED_CASES_SCHEMA, parts, COPY_WHOLE_COLUMNS, column_values=column_values), labelled.summaries
 
 
-def stored_positions(stored: pd.DataFrame | None) -> dict[str, int]:
-    """copy key -> its row in the stored copies (none for a table stored before the key)."""
-    if stored is None or "copy_key" not in stored.columns:
-        return {}
-    return {key: position for position, key in enumerate(null_to_none(stored["copy_key"])) if key is not None}
+class StoredCopies:
+    """The stored copies' keys (copy key -> row), and their ids and pair digests by row: the
+    columns a launch reads to keep them (none for a table stored before the key)."""
+
+    def __init__(self, copy_keys: list, case_ids: list, pair_digests: list):
+        self.row_of = {key: row for row, key in enumerate(copy_keys) if key is not None}
+        self._case_ids = case_ids
+        self._pair_digests = pair_digests
+
+    @classmethod
+    def of(cls, stored: StoredTable | None) -> "StoredCopies":
+        if stored is None or not stored.exists or "copy_key" not in stored.names:
+            return cls([], [], [])
+        columns = stored.columns("copy_key", "case_id", "pair_digest")
+        stored.forget()  # the assembled table reads what it keeps again, a column at a time
+        return cls(*(null_to_none(columns[name]) for name in ("copy_key", "case_id", "pair_digest")))
+
+    def case_ids(self, rows: np.ndarray) -> list:
+        return [self._case_ids[row] for row in rows]
+
+    def pair_digests(self, rows: np.ndarray) -> list:
+        return [self._pair_digests[row] for row in rows]
+
+
+def source_order_slots(kept_positions: list[int], made_positions: list[int], *, first: int) -> np.ndarray:
+    """The slot of each copy (kept ones, then made ones, as given) when one transform's copies
+    are put in their sources' order from slot `first` on."""
+    positions = np.array([*kept_positions, *made_positions], dtype=np.int64)
+    slots = np.empty(len(positions), dtype=np.int64)
+    slots[np.argsort(positions, kind="stable")] = np.arange(first, first + len(positions))
+    return slots
+
+
+class LabelColumns:
+    """The copies' label statuses and stale labels in slot order, read afresh from each
+    transform's label file, and each file's summary."""
+
+    def __init__(self) -> None:
+        self.statuses: list[str] = []
+        self.stale: list[int] = []
+        self.summaries: list[LabelSummary] = []
+
+    @property
+    def count(self) -> int:
+        return len(self.statuses)
+
+    def add(
+        self, project: Project, transform: TransformConfig, place: object, case_ids: list, pair_digests: list, *, sources: int
+    ) -> None:
+        """One transform's copies (ids and pair digests in slot order) labelled from its file."""
+        labels = load_labels(project, transform, place)
+        labelled = [label_of(labels, case_id, pair) for case_id, pair in zip(case_ids, pair_digests)]
+        self.statuses.extend(status for status, _ in labelled)
+        stale = [count for _, count in labelled]
+        self.stale.extend(stale)
+        self.summaries.append(summarise_labels(transform, labels, case_ids, sum(stale), sources=sources))
+
+    def columns(self) -> dict[str, list]:
+        return {"label_status": self.statuses, "stale_labels": self.stale}
+
+
+class MadeCopies:
+    """One transform's copies derived now: their rows (with `copy_key`), and each one's source
+    position, id and pair digest."""
+
+    def __init__(self) -> None:
+        self.rows = RowBatches(DERIVED_CASES_SCHEMA)
+        self.positions: list[int] = []
+        self.case_ids: list[str] = []
+        self.pair_digests: list[str] = []
+
+    def add(self, row: dict[str, Any], position: int) -> None:
+        self.rows.add_encoded(row)
+        self.positions.append(position)
+        self.case_ids.append(row["case_id"])
+        self.pair_digests.append(row["pair_digest"])
 
 
 def derive_missing(
     project: Project, sources: pd.DataFrame, keys: list[list[str]], stored_at: dict[str, int], places: list
-) -> list[pd.DataFrame]:
-    """Per transform, the copies derived now: of each source whose copy under it is not stored,
-    with `source_position` (the source's row) and `copy_key`. A copy is made from its source's
+) -> list[MadeCopies]:
+    """Per transform, the copies derived now: of each source whose copy under it is not
+    stored. A copy is made from its source's
     stored texts (`copy_of_texts`): only the member its transform reads is decoded, and only the
     changed one encoded; sources are read `MODELS_AT_ONCE` rows at a time. What a transform
     cannot change fails it all (`ProjectError`)."""
@@ -94,8 +187,7 @@ def derive_missing(
     digests = [digest_of_transform(transform) for transform in transforms]
     states = bool(sources["initial_state"].notna().any())
     missing = sorted({position for wanted in keys for position, key in enumerate(wanted) if key not in stored_at})
-    pieces: list[RowBatches] = [RowBatches(DERIVED_CASES_SCHEMA) for _ in transforms]
-    made_at: list[list[int]] = [[] for _ in transforms]
+    made = [MadeCopies() for _ in transforms]
     problems: list[list[str]] = [[] for _ in transforms]
     source_rows = arrow_columns(sources, CASES_SCHEMA)  # the frame's own columns, not copied
     for start in range(0, len(missing), MODELS_AT_ONCE):
@@ -114,15 +206,11 @@ def derive_missing(
                         problems[index].append(f"{places[index]}: {where}: {problem}")
                         continue
                     if row is not None:
-                        pieces[index].add_encoded({**row, "copy_key": keys[index][position]})
-                        made_at[index].append(position)
+                        made[index].add({**row, "copy_key": keys[index][position]}, position)
     found = [problem for each in problems for problem in each]
     if found:
         raise ProjectError(found)
-    return [
-        rows.frame().assign(source_position=pd.Series(at, dtype="int64")) if at else None
-        for rows, at in zip(pieces, made_at)
-    ]
+    return made
 
 
 def rows_at(table: pa.Table, positions: list[int]) -> list[dict[str, Any]]:
@@ -179,34 +267,3 @@ def copy_row(
         "minimum_validity": transform.minimum_validity,
         "inputs_digest": None,
     }
-
-
-
-def in_source_order(stored: pd.DataFrame | None, kept: list[tuple[int, int]], made: pd.DataFrame | None) -> pd.DataFrame:
-    """One transform's copies in source order: `kept` as (source position, stored row), and
-    `made` (with their `source_position`)."""
-    parts = []
-    if kept:
-        rows = stored.iloc[[row for _, row in kept]].reindex(columns=DERIVED_CASES_SCHEMA.names)
-        parts.append(rows.assign(source_position=[position for position, _ in kept]))
-    if made is not None and len(made):
-        parts.append(made.reindex(columns=[*DERIVED_CASES_SCHEMA.names, "source_position"]))
-    if not parts:
-        return derived_case_table([])
-    frame = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0].reset_index(drop=True)
-    return frame.sort_values("source_position", kind="stable").drop(columns="source_position").reset_index(drop=True)
-
-
-def with_labels(
-    project: Project, transform: TransformConfig, place: object, copies: pd.DataFrame, *, sources: int
-) -> tuple[pd.DataFrame, LabelSummary]:
-    """The transform's copies with their label status read from its label file now, and the summary."""
-    labels = load_labels(project, transform, place)
-    ids = null_to_none(copies["case_id"])
-    labelled = [label_of(labels, case_id, pair) for case_id, pair in zip(ids, null_to_none(copies["pair_digest"]))]
-    stale = [count for _, count in labelled]
-    frame = copies.assign(
-        label_status=pd.Series([status for status, _ in labelled], index=copies.index, dtype=object),
-        stale_labels=pd.Series(stale, index=copies.index, dtype="int64"),
-    )
-    return frame, summarise_labels(transform, labels, ids, sum(stale), sources=sources)

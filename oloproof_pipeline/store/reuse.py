@@ -8,15 +8,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
-import pyarrow as pa
 
 from ..model.config import Project
 from ..model.fingerprints import copies_inputs_digest
 from ..model.transforms import LabelSummary
 from .assembly import AssembledTable
-from .copies import kept_or_derived
+from .copies import COPY_WHOLE_COLUMNS, kept_or_derived
 from .stored import StoredTable
-from .tables import DERIVED_CASES_SCHEMA, VALIDITY_COLUMNS
+from .tables import DERIVED_CASES_SCHEMA
 
 # The per-version tables the stages read back from storage (by column, see `StoredTable`).
 PER_VERSION_TABLES = ("recorded_runs", "fault_replays", "verdicts", "slices", "gate", "trial_runs", "trial_verdicts")
@@ -69,13 +68,6 @@ class Copies:
     label_summaries: list[LabelSummary] | None = None
 
 
-# The copies' columns held whole: those transform validity counts, and those not text (an
-# assembled table leaves only text in its sources).
-COPY_WHOLE_COLUMNS = tuple(
-    column.name for column in DERIVED_CASES_SCHEMA if column.name in VALIDITY_COLUMNS or not pa.types.is_string(column.type)
-)
-
-
 def derived_copies(project: Project, cases: pd.DataFrame) -> Copies:
     """The copies of `cases` (the sources' table): the stored table when made from these
     inputs (its digests read, not its rows); else each stored copy whose own key holds, the
@@ -85,12 +77,12 @@ def derived_copies(project: Project, cases: pd.DataFrame) -> Copies:
     stored = StoredTable.at(project.root, "derived_cases").readable("copies derived again")
     if made_from(stored, inputs_digest):
         return Copies(copies_table(stored), inputs_digest)
-    frame, summaries = kept_or_derived(project, cases, stored.whole() if stored.exists else None)
-    return Copies(copies_table(frame.assign(inputs_digest=inputs_digest)), inputs_digest, summaries)
+    table, summaries = kept_or_derived(project, cases, stored, inputs_digest)
+    return Copies(table, inputs_digest, summaries)
 
 
-def copies_table(rows: StoredTable | pd.DataFrame) -> AssembledTable:
-    """The copies' table, each row in place."""
+def copies_table(rows: StoredTable) -> AssembledTable:
+    """The stored copies' table, each row in place."""
     every = range(len(rows))
     return AssembledTable(DERIVED_CASES_SCHEMA, [(rows, every, every)], COPY_WHOLE_COLUMNS)
 
