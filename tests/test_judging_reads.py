@@ -7,11 +7,14 @@ from __future__ import annotations
 import gc
 import tempfile
 
+import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from oloproof_pipeline.evaluators import chunk_inputs, judging
 from oloproof_pipeline.evaluators.judging import judge_verdict_table
+from oloproof_pipeline.evaluators.verdict_keys import VerdictSummary, WantedVerdicts, reusable_entries, why_judged
 from oloproof_pipeline.project import load_project
 from oloproof_pipeline.store.layout import table_path
 from oloproof_pipeline.store.reuse import stored_tables
@@ -92,3 +95,45 @@ def test_a_judging_step_that_fails_leaves_no_spilled_rows_behind(evaluated_examp
         )
     gc.collect()
     assert len(chunks) == 3 and not list(tmp_path.glob("oloproof-rows-*"))
+
+
+def test_each_reason_a_stored_verdict_is_judged_again_is_found_from_its_keys_read_a_row_group_at_a_time(tmp_path, monkeypatch):
+    """At 100,000 source cases an evaluator changed re-judges 300,000 of 1.8 million verdicts:
+    their stored keys are read at those rows, a row group at a time, never as whole columns."""
+    cases = ["a", "b", "c", "d", "e", "f", "g"]
+    wanted = WantedVerdicts(
+        case_id_column=pa.array(cases), criterion_names=["state_correct"], digests=["D"],
+        recording_key_column=pa.array([f"r-{case}" for case in cases]), inputs_keys=pa.array([f"k-{case}" for case in cases]),
+        evaluators=1,
+    )
+    stored_rows = {  # case -> (evaluator_digest, recording_key, inputs_key); g is not stored
+        "f": ("D", "r-f", "k-f"),                # its key holds: reused
+        "e": ("D", "r-e", "k-e-before"),         # the same recording: its replay or source's changed
+        "d": ("D", "r-d-before", "k-d-before"),
+        "c": ("C", "r-c", "k-c-before"),
+        "b": ("D", "r-b", None),                 # its judge did not answer
+        "a": (None, None, None),                 # judged before cache keys
+    }
+    path = tmp_path / "verdicts.parquet"
+    pq.write_table(pa.table({
+        "case_id": list(stored_rows), "criterion": ["state_correct"] * len(stored_rows),
+        **{name: [keys[index] for keys in stored_rows.values()] for index, name in enumerate(("evaluator_digest", "recording_key", "inputs_key"))},
+    }), path, row_group_size=2)
+    stored = StoredTable(path)
+    read_whole, groups_read = watch_reads(monkeypatch, lambda table: table is stored)
+
+    reuse, positions = reusable_entries(wanted, stored)
+    assert reuse.tolist() == [False, False, False, False, False, True, False]
+    summary = VerdictSummary()
+    why_judged(wanted, np.flatnonzero(~reuse), positions, stored, summary)
+
+    assert summary.reasons() == [
+        "1 verdict for state_correct re-judged: no cache key stored with the verdict",
+        "1 verdict for state_correct re-judged: its judge did not answer last time",
+        "1 verdict for state_correct re-judged: evaluator changed",
+        "1 verdict for state_correct re-judged: recording changed",
+        "1 verdict for state_correct re-judged: fault replay or the source's recording changed",
+        "1 verdict for state_correct judged: new case",
+    ]
+    assert set(read_whole) == {"case_id", "criterion"}  # to find each case's row; no key column whole
+    assert sorted(groups_read) == [0, 0, 1, 1, 2, 2]  # each group once for the inputs keys, once for the others

@@ -346,6 +346,23 @@ class StoredTable:
             matching = groups.read(group, wanted).filter(matches)
             yield from rows_from_frame(matching.to_pandas(), [name for name in nested if name in matching.column_names])
 
+    def at_positions(self, positions: np.ndarray, names: list[str]) -> Iterator[tuple[np.ndarray, pa.Table]]:
+        """The named columns at `positions`, a row group at a time: per group holding any of
+        them, which of `positions` it holds (their indices, ascending) and its rows there, in
+        that order (nulls for a column the file lacks). One group is held at a time: a few keys
+        of a table of millions of rows are never read whole."""
+        at = np.asarray(positions, dtype=np.int64)
+        if not len(at):
+            return
+        groups = self.row_groups()
+        group_of = groups.group_of(at)
+        by_group = np.argsort(group_of, kind="stable")
+        bounds = np.searchsorted(group_of[by_group], np.arange(len(groups.starts) + 1))
+        for group in np.unique(group_of).tolist():
+            slots = by_group[bounds[group] : bounds[group + 1]]
+            rows = groups.read(group, names).take(pa.array(at[slots] - groups.starts[group]))
+            yield slots, pa.table([rows.column(name) if name in rows.column_names else pa.nulls(len(slots), pa.string()) for name in names], names=names)
+
     def rows(self, positions: Iterable[int], names: Iterable[str], nested: Iterable[str] = ()) -> list[dict[str, Any]]:
         """The rows at `positions` as plain dicts of `names`, JSON text parsed in `nested`."""
         names, positions = list(names), list(positions)
