@@ -3,16 +3,13 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
-from typing import Any
-
 import pandas as pd
 from pydantic import BaseModel, ConfigDict
 
 from ..model.outcomes import INSUFFICIENT_EVIDENCE
 from ..evaluators.metamorphic_relation import MetamorphicRelation
 from ..model.config import Project
-from ..store.tables import VALIDITY_COLUMNS, rows_from_frame
+from ..store.tables import VALIDITY_COLUMNS, null_to_none
 from .formatting import format_bar, format_bound_against_bar
 from .statistics import BlockingReason, clopper_pearson
 
@@ -54,28 +51,29 @@ class TransformValidity(BaseModel):
 
 
 def transform_validity(derived_cases: pd.DataFrame | None) -> dict[str, TransformValidity]:
-    """Per transform, from the `derived_cases` table alone. Unlabelled pairs count as not kept."""
-    by_transform: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    if derived_cases is not None and not derived_cases.empty:
-        # Only the columns read become Python values, never a copy's texts.
-        for row in rows_from_frame(derived_cases[list(VALIDITY_COLUMNS)], ()):
-            by_transform[row["transform"]].append(row)
-    return {name: _validity_of(name, rows) for name, rows in by_transform.items()}
+    """Per transform (in the order each first comes), from the `derived_cases` table alone.
+    Unlabelled pairs count as not kept. Counted by column: a row made a Python value each was
+    56 MiB at 100,000 source cases."""
+    if derived_cases is None or derived_cases.empty:
+        return {}
+    columns = derived_cases[list(VALIDITY_COLUMNS)]
+    return {name: _validity_of(name, rows) for name, rows in columns.groupby("transform", sort=False, dropna=False)}
 
 
-def _validity_of(name: str, rows: list[dict[str, Any]]) -> TransformValidity:
-    statuses = [row["label_status"] for row in rows]
-    kept, pairs = statuses.count("kept"), len(rows)
+def _validity_of(name: str, rows: pd.DataFrame) -> TransformValidity:
+    statuses = rows["label_status"].value_counts()
+    kept, pairs = int(statuses.get("kept", 0)), len(rows)
     lower, _ = clopper_pearson(kept, pairs, VALIDITY_CONFIDENCE)
-    minimum = float(rows[0]["minimum_validity"])
+    first = rows.iloc[:1]
+    minimum = float(first["minimum_validity"].iloc[0])
     return TransformValidity(
         transform=name,
-        transform_digest=rows[0]["transform_digest"],
+        transform_digest=null_to_none(first["transform_digest"])[0],
         pairs=pairs,
         kept=kept,
-        rejected=statuses.count("rejected"),
-        unlabelled=statuses.count("unlabelled"),
-        stale_labels=sum(int(row["stale_labels"] or 0) for row in rows),
+        rejected=int(statuses.get("rejected", 0)),
+        unlabelled=int(statuses.get("unlabelled", 0)),
+        stale_labels=int(rows["stale_labels"].fillna(0).sum()),
         lower_bound=lower,
         minimum_validity=minimum,
         checked=lower >= minimum,
