@@ -562,3 +562,29 @@ def test_replays_are_written_to_a_file_of_their_own_as_they_come_and_make_the_ta
     written, expected = pq.read_table(tmp_path / "spilled.parquet"), pq.read_table(tmp_path / "held.parquet")
     assert written.schema.equals(expected.schema, check_metadata=True)
     assert written.drop_columns(["duration_s"]).equals(expected.drop_columns(["duration_s"])) and written.num_rows > 2
+
+
+def test_each_reason_a_replay_is_run_is_named_from_the_stored_replays_of_its_case_alone():
+    known = pd.DataFrame({  # the stored replays; z's has nothing to do with any replay left
+        "case_id": ["a", "b", "c", "z"], "criterion": ["recovers"] * 4,
+        "case_digest": ["da", "db", "dc-before", "dz"], "plan_digest": ["p"] * 4, "recorded_by_run": ["r1"] * 4,
+        "control_status": ["ok", "timeout", "ok", "ok"], "faulted_status": ["ok"] * 4,
+    })
+    candidates = pd.DataFrame({
+        "case_id": ["a", "b", "c", "n", "m"], "criterion": ["recovers"] * 4 + ["retries"],
+        "case_digest": ["da", "db", "dc", "dn", "dm"], "plan_digest": ["p"] * 4 + ["q"],
+        "recorded_by_run": ["r2", "r1", "r1", "r1", "r1"],
+    })
+    left = [replaying.LeftToReplay(position, position, position, 0, None, 0, None) for position in range(len(candidates))]
+    work = replaying.ReplayWork(candidates=candidates, known=known, pending=left)
+    replaying.why_replayed(work)
+    assert sorted(work.summary.reasons("replay")) == [
+        "1 replay replayed again: fault plan or case changed",
+        "1 replay replayed again: recording changed",
+        "1 replay replayed again: the last replay did not finish (control timeout, faulted ok)",
+        "1 replay replayed: new case",
+        "1 replay replayed: new fault plan",
+    ]
+    nothing_left = replaying.ReplayWork(candidates=candidates, known=known)
+    replaying.why_replayed(nothing_left)
+    assert nothing_left.summary.reasons("replay") == []

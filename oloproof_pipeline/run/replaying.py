@@ -317,13 +317,17 @@ def pending_replays(cases: StoredTable, runs: StoredTable, left: list[LeftToRepl
 
 
 def why_replayed(work: ReplayWork) -> None:
-    """Name, per replay still to run, why no stored replay of it could be reused."""
+    """Name, per replay still to run, why no stored replay of it could be reused: from the
+    stored replays of the same cases alone (one case added to 100,000 reads no other)."""
+    if not work.pending:
+        return
     known, summary = work.known, work.summary
-    columns = ["case_digest", "plan_digest", "recorded_by_run", "control_status", "faulted_status"]
-    last = {(digest, plan): rest for digest, plan, *rest in zip(*(null_to_none(known[column]) for column in columns))}
-    same_case = set(zip(null_to_none(known["case_id"]), null_to_none(known["criterion"])))
-    criteria = set(null_to_none(known["criterion"]))
     pending = work.candidates.loc[[item.position for item in work.pending]]
+    criteria = set(known["criterion"].dropna().unique().tolist()) if "criterion" in known else set()
+    related = known[known["case_digest"].isin(pending["case_digest"]) | known["case_id"].isin(pending["case_id"])] if len(known) else known
+    columns = ["case_digest", "plan_digest", "recorded_by_run", "control_status", "faulted_status"]
+    last = {(digest, plan): rest for digest, plan, *rest in zip(*(null_to_none(related[column]) for column in columns))}
+    same_case = set(zip(null_to_none(related["case_id"]), null_to_none(related["criterion"])))
     for row in rows_of(pending, ["case_id", "criterion", "case_digest", "plan_digest", "recorded_by_run"]):
         prior = last.get((row.case_digest, row.plan_digest))
         if prior is not None:
