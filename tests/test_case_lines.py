@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from oloproof_pipeline.model.cases import CaseSetCheck, load_cases, source_lines
+from oloproof_pipeline.model.cases import CaseSetCheck, load_cases, non_blank_lines, source_lines
 from oloproof_pipeline.model.digests import case_digest
 from oloproof_pipeline.model.errors import ProjectError
 from oloproof_pipeline.model.fingerprints import case_lines_context
@@ -154,3 +154,18 @@ def test_a_path_naming_nothing_counts_the_cases_of_every_batch(tmp_path, monkeyp
     [problem] = raised.value.problems
     assert "path 'orders.gone' names nothing in the starting or expected state of 5 cases: c0 (data/cases.jsonl:1), " \
            "c1 (data/cases.jsonl:2), c2 (data/cases.jsonl:3) and 2 more" in problem
+
+
+def test_lines_are_read_one_at_a_time_numbered_and_cut_as_the_text_splits_on_newlines(tmp_path):
+    path = tmp_path / "cases.jsonl"
+    # CRLF endings keep their CR, a JSON string may hold U+2028, blank lines count, no final newline.
+    path.write_bytes('{"a": 1}\r\n\n  \n{"b": "x\u2028y"}\n{"c": 3}'.encode())
+    assert list(non_blank_lines(path)) == [(1, '{"a": 1}\r'), (4, '{"b": "x\u2028y"}'), (5, '{"c": 3}')]
+
+
+def test_a_dataset_file_not_utf8_fails_before_any_line_is_checked(tmp_path):
+    root = write_project(tmp_path / "p", app=tiny_stateful_app(), cases=[case(1), case(1)])  # an id twice: a line error
+    with (root / "data" / "cases.jsonl").open("ab") as cases:
+        cases.write(b'{"id": "latin1", "input": {"message": "caf\xe9"}}\n')
+    with pytest.raises(ProjectError, match=r"cases\.jsonl:3: not UTF-8 text \(byte 0xe9\)"):
+        checked_case_table(load_project(root))

@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
-from .config import PROJECT_FILE, Project, StrictModel, read_text_file
+from .config import PROJECT_FILE, Project, StrictModel, not_utf8, read_text_file
 from .digests import case_text_digest, json_text
 from .errors import ProjectError, describe_validation_error
 from .paths import split_path
@@ -187,22 +187,33 @@ def _json_object_line(path: Path, line_number: int, text: str) -> dict[str, Any]
 
 
 def non_blank_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(line number, text) of each non-blank line of a JSON-lines file."""
-    return non_blank_lines_of(read_text_file(path))
+    """(line number, text) of each non-blank line of a JSON-lines file, read a line at a time
+    (a dataset of 100,000 cases is 70 MB of text: never held whole). The file is checked to be
+    UTF-8 first, so one that is not fails before any of its lines is taken."""
+    check_utf8(path)
+    return _non_blank_file_lines(path)
 
 
-def non_blank_lines_of(text: str) -> Iterator[tuple[int, str]]:
-    """(line number, text) of each non-blank line of a JSON-lines text, cut as it is taken (a
-    large dataset's lines never exist as one list)."""
-    # Split on newlines only, as a file is read by lines (a JSON string may hold U+2028).
-    start, number = 0, 0
-    while start <= len(text):
-        end = text.find("\n", start)
-        end = len(text) if end < 0 else end
-        number += 1
-        if (line := text[start:end]).strip():
-            yield number, line
-        start = end + 1
+def check_utf8(path: Path) -> None:
+    """A file whose bytes are not UTF-8 fails with a one-line error naming the line."""
+    with path.open("rb") as file:
+        for number, raw in enumerate(file, 1):
+            _decoded(path, number, raw)
+
+
+def _non_blank_file_lines(path: Path) -> Iterator[tuple[int, str]]:
+    # Split on newlines only (a JSON string may hold U+2028), the newline not part of the line.
+    with path.open("rb") as file:
+        for number, raw in enumerate(file, 1):
+            if (line := _decoded(path, number, raw[:-1] if raw.endswith(b"\n") else raw)).strip():
+                yield number, line
+
+
+def _decoded(path: Path, number: int, raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise not_utf8(path, number, raw[error.start]) from None
 
 
 def read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -314,17 +325,12 @@ class CheckedLine:
 
 
 def source_lines(project: Project) -> Iterator[SourceLine]:
-    """The non-blank lines of every dataset file, in order, each cut from its file's text as it
-    is taken. Every file is read first: one that is not UTF-8 fails before any line is checked."""
-    files = [(path, str(path.relative_to(project.root)), read_text_file(path)) for path in dataset_files(project)]
-    return _lines_of(files)
-
-
-def _lines_of(files: list[tuple[Path, str, str]]) -> Iterator[SourceLine]:
-    while files:
-        path, file, text = files.pop(0)  # each file's text let go once its lines are taken
-        for number, line_text in non_blank_lines_of(text):
-            yield SourceLine.of(path, file, number, line_text)
+    """The non-blank lines of every dataset file, in order, each read as it is taken. Every
+    file is checked first: one that is not UTF-8 fails before any line is checked."""
+    files = [(path, str(path.relative_to(project.root))) for path in dataset_files(project)]
+    for path, _ in files:
+        check_utf8(path)
+    return (SourceLine.of(path, file, number, text) for path, file in files for number, text in _non_blank_file_lines(path))
 
 
 # Lines checked at once: each is a few KiB as Python values (its row, its record, its texts).

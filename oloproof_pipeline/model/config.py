@@ -547,10 +547,11 @@ def read_text_file(path: Path) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:
-        line = data[: error.start].count(b"\n") + 1
-        raise ProjectError(
-            f"{path}:{line}: not UTF-8 text (byte 0x{data[error.start]:02x}); save the file as UTF-8"
-        ) from None
+        raise not_utf8(path, data[: error.start].count(b"\n") + 1, data[error.start]) from None
+
+
+def not_utf8(path: Path, line: int, byte: int) -> ProjectError:
+    return ProjectError(f"{path}:{line}: not UTF-8 text (byte 0x{byte:02x}); save the file as UTF-8")
 
 
 def read_yaml(path: Path) -> tuple[Any, yaml.Node | None]:
