@@ -34,8 +34,9 @@ from ..model.transforms import (
 )
 from .assembly import AssembledTable
 from .decoding import MODELS_AT_ONCE, collection_paused
+from .spill import SpilledRowBatches
 from .stored import StoredTable
-from .tables import CASES_SCHEMA, DERIVED_CASES_SCHEMA, VALIDITY_COLUMNS, RowBatches, arrow_columns, from_json_text, null_to_none
+from .tables import CASES_SCHEMA, DERIVED_CASES_SCHEMA, VALIDITY_COLUMNS, arrow_columns, from_json_text, null_to_none
 
 # The copies' columns held whole: those transform validity counts, and those not text (an
 # assembled table leaves only text in its sources).
@@ -50,7 +51,11 @@ def copy_keys(project: Project, cases: pd.DataFrame) -> list[list[str]]:
     declares starting states, and the version of the code that derives copies."""
     code = producer_code_version("copies")
     states = bool(cases["initial_state"].notna().any())
-    sources = [row_key("source", *values) for values in zip(*(null_to_none(cases[name]) for name in CASES_SCHEMA.names))]
+    sources = [  # a slice of rows made Python values at a time: never every source's texts at once
+        row_key("source", *values)
+        for start in range(0, len(cases), MODELS_AT_ONCE)
+        for values in zip(*(null_to_none(cases[name].iloc[start : start + MODELS_AT_ONCE]) for name in CASES_SCHEMA.names))
+    ]
     return [
         [row_key("copy", source, transform_key, states, code) for source in sources]
         for transform_key in (transform.model_dump_json() for transform in project.config.metamorphic.transforms)
@@ -159,11 +164,13 @@ class LabelColumns:
 
 
 class MadeCopies:
-    """One transform's copies derived now: their rows (with `copy_key`), and each one's source
-    position, id and pair digest."""
+    """One transform's copies derived now: their rows (with `copy_key`; written to a file of
+    their own as each batch fills, read back as the table is written: 200,000 copies of a cold
+    run at 100,000 source cases are never all held), and each one's source position, id and
+    pair digest."""
 
     def __init__(self) -> None:
-        self.rows = RowBatches(DERIVED_CASES_SCHEMA)
+        self.rows = SpilledRowBatches(DERIVED_CASES_SCHEMA)
         self.positions: list[int] = []
         self.case_ids: list[str] = []
         self.pair_digests: list[str] = []
