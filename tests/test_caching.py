@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 from dagster import DagsterInstance
 
 from oloproof_pipeline.defs import io_manager, resources
@@ -479,3 +480,17 @@ def test_rows_of_stacked_tables_are_read_alike_in_any_order(tmp_path):
         {"case_id": "a~p", "state": {"x": 2}, "line": 4},
     ]
     assert stacked.rows([], ["case_id"]) == []
+
+
+def test_every_transform_dropped_after_a_run_leaves_no_copies(evaluated_desk):
+    """The stored copies are keyed, but no transform is left to keep any under."""
+    config = yaml.safe_load((evaluated_desk / "oloproof.yaml").read_text(encoding="utf-8"))
+    config["metamorphic"]["transforms"] = []
+    config["evaluators"] = [each for each in config["evaluators"] if each["type"] != "metamorphic_relation"]
+    (evaluated_desk / "oloproof.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    release = yaml.safe_load((evaluated_desk / "release.yaml").read_text(encoding="utf-8"))
+    release["rules"] = [rule for rule in release["rules"] if "_under_" not in rule["metric"]]
+    (evaluated_desk / "release.yaml").write_text(yaml.safe_dump(release), encoding="utf-8")
+    project = load_project(evaluated_desk)
+    copies = derived_copies(project, checked_case_table(project))
+    assert (len(copies.table), copies.label_summaries) == (0, [])

@@ -122,7 +122,7 @@ def judge_verdict_rows(
     summary = VerdictSummary(reused=int(reuse.sum()))
     entries = np.flatnonzero(~reuse)
     why_judged(wanted, entries, positions, stored, summary)
-    stored.forget()  # its keys read whole: the table reads what it reuses again, as it is assembled
+    stored.forget()  # the columns read to match cases: the table reads what it reuses again, as it is assembled
     spent_before = judge_spending(project.evaluators)
     new, new_slots = judge_wanted(project, cases, runs, replays, wanted, entries, case_keys, version=version, judged_by_run=judged_by_run)
     summary.judge_spent = judge_spending(project.evaluators) - spent_before

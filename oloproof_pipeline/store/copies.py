@@ -96,7 +96,7 @@ def kept_or_derived(
         labelled.add(
             project, transform, place, [ids[at] for at in in_order], [pairs[at] for at in in_order], sources=len(sources)
         )
-    if stored is not None and found.row_of:
+    if stored is not None and found.row_of and kept_rows:  # kept_rows: none when no transform is left
         parts.insert(0, (stored, np.concatenate(kept_rows), np.concatenate(kept_slots)))
     column_values = {**labelled.columns(), "inputs_digest": [inputs_digest] * labelled.count}
     return AssembledTable(DERIVED_CASES_SCHEMA, parts, COPY_WHOLE_COLUMNS, column_values=column_values), labelled.summaries
