@@ -323,8 +323,8 @@ def why_replayed(work: ReplayWork) -> None:
         return
     known, summary = work.known, work.summary
     pending = work.candidates.loc[[item.position for item in work.pending]]
-    criteria = set(known["criterion"].dropna().unique().tolist()) if "criterion" in known else set()
-    related = known[known["case_digest"].isin(pending["case_digest"]) | known["case_id"].isin(pending["case_id"])] if len(known) else known
+    criteria = set(known["criterion"].dropna().unique().tolist())
+    related = known[known["case_digest"].isin(pending["case_digest"]) | known["case_id"].isin(pending["case_id"])]
     columns = ["case_digest", "plan_digest", "recorded_by_run", "control_status", "faulted_status"]
     last = {(digest, plan): rest for digest, plan, *rest in zip(*(null_to_none(related[column]) for column in columns))}
     same_case = set(zip(null_to_none(related["case_id"]), null_to_none(related["criterion"])))

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .stored import RowGroups, StoredTable
-from .tables import rows_in_order, with_values
+from .tables import rows_at, rows_in_order, with_values
 
 # Rows per row group of an assembled table (the streamed columns of one group held at a time;
 # a recording's row carries its trajectory and state, a few KiB).
@@ -180,13 +180,13 @@ class _Reader:
         group_of = np.searchsorted(self.groups.starts, positions, side="right") - 1
         groups = np.unique(group_of).tolist()
         if len(groups) == 1:  # taken in slot order at once: no second copy to reorder
-            rows = _rows_at(self._group(groups[0]), positions - self.groups.starts[groups[0]])
+            rows = rows_at(self._group(groups[0]), positions - self.groups.starts[groups[0]])
             self._let_go(out_group)
             return [_as_large_text(rows, name).combine_chunks() for name in self.names]
         taken = []
         for group in groups:
             at = positions[group_of == group] - self.groups.starts[group]
-            taken.append((np.flatnonzero(group_of == group), _rows_at(self._group(group), at)))
+            taken.append((np.flatnonzero(group_of == group), rows_at(self._group(group), at)))
         self._let_go(out_group)
         slots = [at for at, _ in taken]
         return [_in_order([_as_large_text(table, name).combine_chunks() for _, table in taken], slots) for name in self.names]
@@ -201,14 +201,6 @@ class _Reader:
         """The groups no later output group needs."""
         for group in [group for group, last in self.last_use.items() if last <= out_group and group in self.cache]:
             del self.cache[group]
-
-
-def _rows_at(table: pa.Table, at: np.ndarray) -> pa.Table:
-    """The table's rows at `at`: a slice, not a copy, when they are a run in order (a reused
-    table's rows mostly are)."""
-    if len(at) and at[-1] - at[0] + 1 == len(at) and (len(at) == 1 or bool(np.all(np.diff(at) == 1))):
-        return table.slice(int(at[0]), len(at))
-    return table.take(pa.array(at))
 
 
 def _in_order(pieces: list[pa.Array], slots: list[np.ndarray]) -> pa.Array:

@@ -29,7 +29,7 @@ from ..model.cases import LINES_AT_ONCE, CaseSetCheck, CheckedLine, LineFacts, N
 from ..model.config import Project
 from ..model.fingerprints import case_lines_context
 from .layout import StorageWriteError, case_lines_path, read_parquet, write_table_file
-from .tables import BOOL, CASES_SCHEMA, TEXT
+from .tables import BOOL, CASES_SCHEMA, TEXT, rows_at
 
 # What the stored lines carry beside their row of the cases' table.
 LINE_FACTS = pa.schema([("line_key", TEXT), ("declares_group", BOOL), ("declares_state", BOOL)])
@@ -72,11 +72,7 @@ class LinesCheckedBefore:
     def rows(self, lines: list[SourceLine]) -> pa.Table:
         """The stored rows of the cases' table of these lines (each checked before): a slice of
         the stored table, not a copy, when they follow each other there (a rerun's mostly do)."""
-        positions = [self.position[line.key] for line in lines]
-        stored = self.table.select(CASES_SCHEMA.names)
-        if positions and positions == list(range(positions[0], positions[0] + len(positions))):
-            return stored.slice(positions[0], len(positions)).cast(CASES_SCHEMA)
-        return stored.take(positions).cast(CASES_SCHEMA)
+        return rows_at(self.table.select(CASES_SCHEMA.names), [self.position[line.key] for line in lines]).cast(CASES_SCHEMA)
 
 
 def checked_case_table(project: Project) -> pd.DataFrame:

@@ -36,7 +36,7 @@ from .assembly import AssembledTable
 from .decoding import MODELS_AT_ONCE, collection_paused
 from .spill import SpilledRowBatches
 from .stored import StoredTable
-from .tables import CASES_SCHEMA, DERIVED_CASES_SCHEMA, VALIDITY_COLUMNS, arrow_columns, from_json_text, null_to_none
+from .tables import CASES_SCHEMA, DERIVED_CASES_SCHEMA, VALIDITY_COLUMNS, arrow_columns, from_json_text, null_to_none, rows_at
 
 # The copies' columns held whole: those transform validity counts, and those not text (an
 # assembled table leaves only text in its sources).
@@ -201,7 +201,7 @@ def derive_missing(
         positions = missing[start : start + MODELS_AT_ONCE]
         # Values and copies make no reference cycle: the collector waits for the slice's end.
         with collection_paused():
-            for position, source in zip(positions, rows_at(source_rows, positions)):
+            for position, source in zip(positions, rows_at(source_rows, positions).to_pylist()):
                 reads = SourceReads(source)
                 for index, transform in enumerate(transforms):
                     if keys[index][position] in stored_at:
@@ -218,15 +218,6 @@ def derive_missing(
     if found:
         raise ProjectError(found)
     return made
-
-
-def rows_at(table: pa.Table, positions: list[int]) -> list[dict[str, Any]]:
-    """The rows at `positions` (ascending) as plain values: consecutive ones (every source of a
-    first run) a slice of the table, no copy; others taken (a take from a column of many
-    chunks costs about as much as the rows' values themselves)."""
-    if positions and positions[-1] - positions[0] == len(positions) - 1:
-        return table.slice(positions[0], len(positions)).to_pylist()
-    return table.take(positions).to_pylist()
 
 
 class SourceReads:

@@ -330,6 +330,15 @@ def null_to_none(values: pd.Series) -> list[Any]:
     return values.to_numpy(dtype=object, na_value=None).tolist()
 
 
+def rows_at(table: pa.Table, positions: Any) -> pa.Table:
+    """The table's rows at `positions`: a slice, not a copy, when they are a run in order (a
+    reused table's rows, a first run's sources, a rerun's checked lines mostly are)."""
+    at = np.asarray(positions, dtype=np.int64)
+    if len(at) and at[-1] - at[0] + 1 == len(at) and (len(at) == 1 or bool(np.all(np.diff(at) == 1))):
+        return table.slice(int(at[0]), len(at))
+    return table.take(pa.array(at))
+
+
 def rows_in_order(parts: list[tuple[pd.DataFrame, Any, Any]], schema: pa.Schema) -> pd.DataFrame:
     """A table assembled from parts, each `(frame, positions, slots)`: the frame's rows at
     `positions` become the output's rows at `slots` (together, 0 to n-1). A part that is the
